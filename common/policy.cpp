@@ -1,0 +1,172 @@
+// Parsers for the textual policy forms shared by quanta-hook (annotations), the arbiter's
+// node config and quantactl. Each error names the offending text and the allowed form.
+#include "common/policy.h"
+
+#include <cstdio>
+
+namespace quanta::common {
+namespace {
+
+template <typename... Args>
+bool fail(ParseError* err, const char* fmt, Args... args) {
+  if (err != nullptr) std::snprintf(err->text, sizeof(err->text), fmt, args...);
+  return false;
+}
+
+// Parses "123" or "123.456" into an integer part and a fraction scaled to 1e9. Returns
+// the number of characters consumed (0 when no digit was found).
+struct Decimal {
+  uint64_t whole = 0;
+  uint64_t frac_nano = 0;  // fractional part × 1e9
+  bool overflow = false;
+};
+
+size_t parse_decimal(std::string_view s, Decimal* d) {
+  size_t i = 0;
+  bool any = false;
+  while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+    uint64_t digit = static_cast<uint64_t>(s[i] - '0');
+    if (d->whole > (UINT64_MAX - digit) / 10) d->overflow = true;
+    d->whole = d->whole * 10 + digit;
+    any = true;
+    ++i;
+  }
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    uint64_t scale = 100000000;
+    bool frac_any = false;
+    while (i < s.size() && s[i] >= '0' && s[i] <= '9') {
+      d->frac_nano += static_cast<uint64_t>(s[i] - '0') * scale;
+      scale /= 10;
+      frac_any = true;
+      ++i;
+    }
+    if (!frac_any) return 0;
+    any = true;
+  }
+  return any ? i : 0;
+}
+
+int text_len(std::string_view s) { return static_cast<int>(s.size() > 64 ? 64 : s.size()); }
+
+}  // namespace
+
+bool parse_weight(std::string_view text, uint32_t* out, ParseError* err) {
+  Decimal d;
+  size_t used = parse_decimal(text, &d);
+  if (used == 0 || used != text.size() || d.frac_nano != 0 || d.overflow || d.whole < kMinWeight ||
+      d.whole > kMaxWeight) {
+    return fail(err, "weight \"%.*s\" is not allowed: use a whole number from %u to %u",
+                text_len(text), text.data(), kMinWeight, kMaxWeight);
+  }
+  *out = static_cast<uint32_t>(d.whole);
+  return true;
+}
+
+bool parse_priority(std::string_view text, Priority* out, ParseError* err) {
+  if (text == "interactive") {
+    *out = Priority::kInteractive;
+  } else if (text == "batch") {
+    *out = Priority::kBatch;
+  } else if (text == "best-effort") {
+    *out = Priority::kBestEffort;
+  } else {
+    return fail(err, "priority \"%.*s\" is not allowed: use interactive, batch or best-effort",
+                text_len(text), text.data());
+  }
+  return true;
+}
+
+bool parse_share(std::string_view text, uint32_t* out_ppm, ParseError* err) {
+  Decimal d;
+  size_t used = parse_decimal(text, &d);
+  bool percent = used != 0 && used + 1 == text.size() && text[used] == '%';
+  uint64_t ppm = 0;
+  if (used != 0 && !d.overflow && (used == text.size() || percent)) {
+    if (percent) {
+      ppm = d.whole * 10000 + d.frac_nano / 100000;
+    } else {
+      ppm = d.whole * kShareScale + d.frac_nano / 1000;
+    }
+  }
+  if (ppm == 0 || ppm > kShareScale || d.whole > 100) {
+    return fail(err,
+                "share \"%.*s\" is not allowed: use a fraction greater than 0 and at most 1 "
+                "(\"0.3\") or a percentage (\"30%%\")",
+                text_len(text), text.data());
+  }
+  *out_ppm = static_cast<uint32_t>(ppm);
+  return true;
+}
+
+bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err) {
+  struct Suffix {
+    const char* name;
+    uint64_t factor;
+  };
+  static constexpr Suffix kSuffixes[] = {
+      {"Ki", 1ull << 10}, {"Mi", 1ull << 20}, {"Gi", 1ull << 30}, {"Ti", 1ull << 40},
+      {"k", 1000ull},     {"K", 1000ull},     {"M", 1000000ull},  {"G", 1000000000ull},
+      {"T", 1000000000000ull}, {"", 1},
+  };
+  Decimal d;
+  size_t used = parse_decimal(text, &d);
+  std::string_view suffix = used == 0 ? std::string_view() : text.substr(used);
+  if (used != 0 && !d.overflow) {
+    for (const Suffix& s : kSuffixes) {
+      if (suffix != s.name) continue;
+      unsigned __int128 bytes = static_cast<unsigned __int128>(d.whole) * s.factor +
+                                static_cast<unsigned __int128>(d.frac_nano) * s.factor / 1000000000u;
+      if (bytes > 0 && bytes <= UINT64_MAX) {
+        *out = static_cast<uint64_t>(bytes);
+        return true;
+      }
+      break;
+    }
+  }
+  return fail(err,
+              "memory size \"%.*s\" is not allowed: use a positive number of bytes with an "
+              "optional suffix Ki, Mi, Gi, Ti, k, M, G or T (\"10Gi\")",
+              text_len(text), text.data());
+}
+
+bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
+  struct Unit {
+    const char* name;
+    uint64_t ns;
+  };
+  static constexpr Unit kUnits[] = {{"ns", 1}, {"us", 1000}, {"µs", 1000}, {"ms", 1000000}, {"s", 1000000000}};
+  Decimal d;
+  size_t used = parse_decimal(text, &d);
+  std::string_view unit = used == 0 ? std::string_view() : text.substr(used);
+  if (used != 0 && !d.overflow) {
+    for (const Unit& u : kUnits) {
+      if (unit != u.name) continue;
+      unsigned __int128 ns = static_cast<unsigned __int128>(d.whole) * u.ns +
+                             static_cast<unsigned __int128>(d.frac_nano) * u.ns / 1000000000u;
+      if (ns > 0 && ns <= UINT64_MAX) {
+        *out_ns = static_cast<uint64_t>(ns);
+        return true;
+      }
+      break;
+    }
+  }
+  return fail(err,
+              "duration \"%.*s\" is not allowed: use a positive number with a unit ns, us, ms "
+              "or s (\"20ms\")",
+              text_len(text), text.data());
+}
+
+const char* priority_name(Priority p) {
+  switch (p) {
+    case Priority::kInteractive:
+      return "interactive";
+    case Priority::kBatch:
+      return "batch";
+    case Priority::kBestEffort:
+      return "best-effort";
+  }
+  return "unknown";
+}
+
+}  // namespace quanta::common

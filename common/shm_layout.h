@@ -1,0 +1,122 @@
+// Shared-memory layout between quanta-arbiter and libquanta.so: the per-GPU control
+// region (arbiter writes, tenants map it read-only) and the per-pod region (the pod's
+// processes write requests, releases, statistics and ledger words). Fixed layout, magic
+// and version first; every field has one writer. Freestanding: no heap, no std::string.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace quanta::common {
+
+constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kControlMagic = 0x4354514eu;  // "NQTC"
+constexpr uint32_t kPodMagic = 0x4450514eu;      // "NQPD"
+
+constexpr uint32_t kMaxGpus = 64;          // GPUs and MIG instances on one node
+constexpr uint32_t kMaxSlotsPerGpu = 256;  // tenant processes on one GPU
+constexpr uint32_t kMaxProcsPerPod = 64;   // processes of one pod using the GPUs at once
+constexpr uint32_t kNoSlot = 0xffffffffu;
+constexpr size_t kUuidLen = 64;            // "GPU-…" / "MIG-…" strings, NUL-terminated
+constexpr size_t kPodKeyLen = 256;         // "namespace/name" or "uid:…", NUL-terminated
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+// ---------------------------------------------------------------------------------------
+// Control region: one per GPU UUID, named by the arbiter, passed to tenants O_RDONLY.
+// ---------------------------------------------------------------------------------------
+
+// One tenant process on this GPU. Written only by the arbiter.
+//
+// Gate protocol (the launch fast path is one load of `turn`):
+//  - `turn` odd: this slot holds the grant and may submit. Even: it must not (never
+//    granted yet, or revoked). The arbiter changes it only by +1 (grant: even→odd,
+//    revoke: odd→even) and then FUTEX_WAKEs it; blocked launchers futex-wait on it.
+//  - On a revoke the tenant stops submitting, waits for its in-flight work, then stores
+//    the (even) turn it saw into its GateChannel::released_turn and rings the doorbell.
+//  - An idle holder may give the grant back early by storing the (odd) turn it holds
+//    into released_turn; the arbiter then revokes and grants the next waiter.
+struct alignas(64) ControlSlot {
+  std::atomic<uint32_t> turn;
+  std::atomic<uint32_t> pid;          // host pid admitted here; 0 = slot free
+  std::atomic<uint32_t> pod_index;    // which pod region (arbiter's table)
+  std::atomic<uint32_t> proc_index;   // entry in that pod region's process table
+  std::atomic<uint64_t> memory_cap;   // bytes for the whole pod on this GPU; 0 = no cap
+  std::atomic<uint64_t> quantum_ns;   // this slot's current quantum
+  std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued while others wait
+  std::atomic<uint32_t> priority;     // common::Priority, informational for the tenant
+  uint32_t reserved[5];
+};
+static_assert(sizeof(ControlSlot) == 64);
+
+struct alignas(64) ControlHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t size;         // bytes of the whole region
+  uint32_t gpu_index;    // the arbiter's index for this GPU (pod regions are indexed by it)
+  char uuid[kUuidLen];
+  std::atomic<uint64_t> arbiter_generation;  // bumped at every arbiter start
+  std::atomic<uint64_t> heartbeat_ns;        // CLOCK_MONOTONIC, refreshed every lease_ns/4
+  std::atomic<uint64_t> lease_ns;            // gating lapses when heartbeat is older than this
+  std::atomic<uint32_t> holder;              // slot holding the grant, or kNoSlot
+  std::atomic<uint32_t> waiters;             // slots that want the GPU and do not hold it
+};
+
+struct ControlRegion {
+  ControlHeader header;
+  ControlSlot slots[kMaxSlotsPerGpu];
+};
+static_assert(offsetof(ControlRegion, slots) % 64 == 0);
+
+// ---------------------------------------------------------------------------------------
+// Pod region: one per pod, passed O_RDWR to that pod's processes only. Nothing a tenant
+// writes here is trusted by the arbiter beyond this pod: it validates before acting.
+// ---------------------------------------------------------------------------------------
+
+// One process's view of one GPU. Written by that process, except memory_used, which the
+// arbiter also decrements when the process dies.
+struct alignas(64) GateChannel {
+  std::atomic<uint32_t> want;            // 1 while a launcher waits at the gate
+  std::atomic<uint32_t> released_turn;   // see ControlSlot's protocol
+  std::atomic<uint64_t> inflight_ns;     // estimated GPU time queued, not yet finished
+  std::atomic<uint64_t> memory_used;     // this process's bytes on this GPU
+  std::atomic<uint64_t> launches;        // gated launches
+  std::atomic<uint64_t> gate_waits;      // launches that took the slow path
+  std::atomic<uint64_t> gate_wait_ns;    // total time spent blocked at the gate
+  std::atomic<uint64_t> gate_wait_max_ns;
+  std::atomic<uint64_t> last_launch_ns;
+};
+static_assert(sizeof(GateChannel) == 64);
+
+struct alignas(64) ProcEntry {
+  std::atomic<uint32_t> pid;   // written by the arbiter at admission (cleared at death)
+  uint32_t reserved[15];
+  GateChannel gpus[kMaxGpus];
+};
+
+struct alignas(64) PodHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t size;
+  uint32_t reserved0;
+  char pod_key[kPodKeyLen];
+};
+
+struct PodRegion {
+  PodHeader header;
+  // The pod ledger: bytes in use per GPU summed over all its processes. The shim
+  // reserves with a compare-and-swap against ControlSlot::memory_cap before every
+  // allocation, so concurrent processes can never overshoot.
+  alignas(64) std::atomic<uint64_t> memory_used[kMaxGpus];
+  ProcEntry procs[kMaxProcsPerPod];
+};
+static_assert(offsetof(PodRegion, procs) % 64 == 0);
+static_assert(sizeof(PodRegion) < 512 * 1024);
+
+// Region names under /dev/shm (shm_open names). `scope` is the arbiter's instance name
+// from its config (default "quanta") so tests can run several arbiters side by side.
+// Control: "/<scope>.gpu.<gpu_index>"; pod: "/<scope>.pod.<pod_index>".
+
+}  // namespace quanta::common

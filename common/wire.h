@@ -1,0 +1,75 @@
+// The tenant socket's wire protocol (SOCK_SEQPACKET, one message per packet, fixed-size
+// little-endian structs, file descriptors in SCM_RIGHTS). The arbiter identifies callers
+// by SO_PEERCRED and their cgroup, never by what a message claims.
+#pragma once
+
+#include <cstdint>
+
+#include "common/shm_layout.h"
+
+namespace quanta::common {
+
+constexpr uint32_t kWireMagic = 0x5751514eu;  // "NQQW"
+constexpr uint32_t kWireVersion = 1;
+constexpr size_t kMessageTextLen = 256;
+
+enum class MessageType : uint32_t {
+  kHello = 1,      // tenant → arbiter, first message of a connection
+  kWelcome = 2,    // arbiter → tenant; fds: [pod region O_RDWR, doorbell eventfd]
+  kRefused = 3,    // arbiter → tenant; text says why; the tenant runs ungated
+  kAttach = 4,     // tenant → arbiter: "I use this GPU"
+  kAttached = 5,   // arbiter → tenant; fds: [control region O_RDONLY] (first attach of a GPU)
+  kAttachFailed = 6,
+};
+
+struct MessageHeader {
+  uint32_t magic;
+  uint32_t version;
+  MessageType type;
+  uint32_t size;  // bytes of the whole message
+};
+
+struct HelloMessage {
+  MessageHeader header;
+  // QUANTA_POD of a host process; honoured only when the node config allows
+  // unregistered processes and the caller is not in a registered container.
+  char claimed_pod[kPodKeyLen];
+};
+
+struct WelcomeMessage {
+  MessageHeader header;
+  uint32_t pod_index;
+  uint32_t proc_index;         // this process's entry in the pod region
+  uint64_t arbiter_generation;
+  char pod_key[kPodKeyLen];
+};
+
+struct RefusedMessage {
+  MessageHeader header;
+  char reason[kMessageTextLen];
+};
+
+struct AttachMessage {
+  MessageHeader header;
+  char uuid[kUuidLen];  // the device's UUID as cuDeviceGetUuid formats it ("GPU-…"/"MIG-…")
+};
+
+struct AttachedMessage {
+  MessageHeader header;
+  uint32_t gpu_index;   // index into PodRegion::memory_used and ProcEntry::gpus
+  uint32_t slot;        // this process's ControlSlot on that GPU
+  uint32_t fd_attached; // 1 when a control-region fd travels with this message
+  uint32_t reserved;
+};
+
+struct AttachFailedMessage {
+  MessageHeader header;
+  char reason[kMessageTextLen];
+};
+
+template <typename T>
+constexpr MessageHeader make_header(MessageType type) {
+  return MessageHeader{kWireMagic, kWireVersion, type, static_cast<uint32_t>(sizeof(T))};
+}
+
+}  // namespace quanta::common

@@ -1,0 +1,79 @@
+// Policy parsers: every accepted form, and a clear error for every refused one.
+#include "common/policy.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+using namespace quanta::common;
+
+TEST(PolicyParse, WeightAcceptsOneToThousandOnly) {
+  uint32_t w = 0;
+  ParseError err;
+  EXPECT_TRUE(parse_weight("1", &w, &err));
+  EXPECT_EQ(w, 1u);
+  EXPECT_TRUE(parse_weight("1000", &w, &err));
+  EXPECT_EQ(w, 1000u);
+  for (const char* bad : {"0", "1001", "", "2.5", "-1", "4x", "99999999999999999999999"}) {
+    EXPECT_FALSE(parse_weight(bad, &w, &err)) << bad;
+    EXPECT_NE(std::string(err.text).find("1 to 1000"), std::string::npos) << err.text;
+  }
+}
+
+TEST(PolicyParse, PriorityNamesTheAllowedClasses) {
+  Priority p;
+  ParseError err;
+  EXPECT_TRUE(parse_priority("interactive", &p, &err));
+  EXPECT_EQ(p, Priority::kInteractive);
+  EXPECT_TRUE(parse_priority("best-effort", &p, &err));
+  EXPECT_EQ(p, Priority::kBestEffort);
+  EXPECT_FALSE(parse_priority("realtime", &p, &err));
+  EXPECT_NE(std::string(err.text).find("\"realtime\""), std::string::npos);
+  EXPECT_NE(std::string(err.text).find("interactive, batch or best-effort"), std::string::npos);
+}
+
+TEST(PolicyParse, ShareAcceptsFractionsAndPercentages) {
+  uint32_t ppm = 0;
+  ParseError err;
+  EXPECT_TRUE(parse_share("0.3", &ppm, &err));
+  EXPECT_EQ(ppm, 300000u);
+  EXPECT_TRUE(parse_share("30%", &ppm, &err));
+  EXPECT_EQ(ppm, 300000u);
+  EXPECT_TRUE(parse_share("1", &ppm, &err));
+  EXPECT_EQ(ppm, kShareScale);
+  for (const char* bad : {"0", "1.5", "101%", "abc", "", "0.3x"}) {
+    EXPECT_FALSE(parse_share(bad, &ppm, &err)) << bad;
+  }
+}
+
+TEST(PolicyParse, BytesUnderstandsKubernetesSuffixes) {
+  uint64_t b = 0;
+  ParseError err;
+  EXPECT_TRUE(parse_bytes("10Gi", &b, &err));
+  EXPECT_EQ(b, 10ull << 30);
+  EXPECT_TRUE(parse_bytes("1.5Gi", &b, &err));
+  EXPECT_EQ(b, 3ull << 29);
+  EXPECT_TRUE(parse_bytes("2G", &b, &err));
+  EXPECT_EQ(b, 2000000000ull);
+  EXPECT_TRUE(parse_bytes("4096", &b, &err));
+  EXPECT_EQ(b, 4096ull);
+  for (const char* bad : {"0", "10GB", "Gi", "", "-5Mi", "99999999999Ti"}) {
+    EXPECT_FALSE(parse_bytes(bad, &b, &err)) << bad;
+    EXPECT_NE(std::string(err.text).find("Ki, Mi, Gi"), std::string::npos);
+  }
+}
+
+TEST(PolicyParse, DurationRequiresAUnit) {
+  uint64_t ns = 0;
+  ParseError err;
+  EXPECT_TRUE(parse_duration("20ms", &ns, &err));
+  EXPECT_EQ(ns, 20000000ull);
+  EXPECT_TRUE(parse_duration("500us", &ns, &err));
+  EXPECT_EQ(ns, 500000ull);
+  EXPECT_TRUE(parse_duration("1.5s", &ns, &err));
+  EXPECT_EQ(ns, 1500000000ull);
+  for (const char* bad : {"20", "0ms", "ms", "20 ms", "20min"}) {
+    EXPECT_FALSE(parse_duration(bad, &ns, &err)) << bad;
+    EXPECT_NE(std::string(err.text).find("ns, us, ms"), std::string::npos);
+  }
+}
