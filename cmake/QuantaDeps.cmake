@@ -43,3 +43,10 @@ get_target_property(_spdlog_inc spdlog::spdlog_header_only INTERFACE_INCLUDE_DIR
 if(_spdlog_inc)
   target_include_directories(quanta_log SYSTEM INTERFACE ${_spdlog_inc})
 endif()
+
+# toml++ header-only (Debian's package config would link its shared library), so the
+# arbiter travels to machines without our packages.
+add_library(quanta_toml INTERFACE)
+target_compile_definitions(quanta_toml INTERFACE TOML_HEADER_ONLY=1)
+get_target_property(_toml_inc tomlplusplus::tomlplusplus INTERFACE_INCLUDE_DIRECTORIES)
+target_include_directories(quanta_toml SYSTEM INTERFACE ${_toml_inc})
