@@ -1,0 +1,31 @@
+// The quanta-trace tools as functions main dispatches to: each takes its parsed options,
+// runs one bounded session, prints its report, and throws TraceError on failure.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <sys/types.h>
+
+namespace quanta::bpf {
+
+struct OffcpuOptions {
+  std::vector<pid_t> pids;  // tgids to trace; required (a whole-system view is not offered)
+  double duration_s = 5.0;
+  bool json = false;
+  std::string prometheus_file;  // empty: none
+};
+
+struct HandoffOptions {
+  std::string binary;       // executable or library that holds the quanta:* USDT probes
+  std::vector<pid_t> pids;  // empty: every process that maps `binary`
+  double duration_s = 5.0;
+  bool json = false;
+  std::string timeline_file;    // Chrome/Perfetto trace JSON; empty: none
+  std::string prometheus_file;  // empty: none
+};
+
+int run_offcpu(const OffcpuOptions& options);
+int run_handoff(const HandoffOptions& options);
+
+}  // namespace quanta::bpf
