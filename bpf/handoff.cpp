@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -156,6 +157,13 @@ int run_handoff(const HandoffOptions& options) {
     throw TraceError("binary '" + options.binary + "' does not exist or is not a regular file");
   }
   const std::string binary = std::filesystem::absolute(options.binary, ec).string();
+  {
+    char magic[4] = {};
+    std::ifstream file(binary, std::ios::binary);
+    if (!file.read(magic, sizeof magic) || std::memcmp(magic, "\x7f" "ELF", 4) != 0) {
+      throw TraceError("binary '" + binary + "' is not an ELF executable or shared library");
+    }
+  }
   require_processes(options.pids);
 
   std::unique_ptr<handoff_bpf, SkeletonDeleter> skel(handoff_bpf__open());

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   // Reports go to stdout; progress and errors to stderr, so `--json` output stays clean.
   auto logger = spdlog::stderr_logger_mt("quanta-trace");
   logger->set_pattern("quanta-trace: %^%l%$: %v");
+  logger->flush_on(spdlog::level::trace);  // callers wait for the "Tracing" line
   spdlog::set_default_logger(logger);
 
   CLI::App app{"quanta-trace: bounded eBPF tracing sessions for Quanta"};
