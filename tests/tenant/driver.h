@@ -32,9 +32,9 @@ std::string_view lookup_name(Lookup lookup);
   X(DeviceTotalMem, cuDeviceTotalMem_v2, "cuDeviceTotalMem")                     \
   X(DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain") \
   X(DevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease") \
+  X(DevicePrimaryCtxSetFlags, cuDevicePrimaryCtxSetFlags_v2, "cuDevicePrimaryCtxSetFlags") \
   X(CtxDestroy, cuCtxDestroy_v2, "cuCtxDestroy")                                 \
   X(CtxSetCurrent, cuCtxSetCurrent, "cuCtxSetCurrent")                           \
-  X(CtxSynchronize, cuCtxSynchronize, "cuCtxSynchronize")                        \
   X(MemGetInfo, cuMemGetInfo_v2, "cuMemGetInfo")                                 \
   X(ModuleLoadData, cuModuleLoadData, "cuModuleLoadData")                        \
   X(ModuleGetFunction, cuModuleGetFunction, "cuModuleGetFunction")               \

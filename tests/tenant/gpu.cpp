@@ -11,18 +11,38 @@ void check(const Driver& driver, CUresult result, const char* call) {
 
 void init_driver(const Driver& driver) { check(driver, need(driver, driver.Init, "cuInit")(0), "cuInit"); }
 
-CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device) {
+namespace {
+
+unsigned int sched_flags(SchedKind sched) {
+  switch (sched) {
+    case SchedKind::automatic: return CU_CTX_SCHED_AUTO;
+    case SchedKind::spin: return CU_CTX_SCHED_SPIN;
+    case SchedKind::yield: return CU_CTX_SCHED_YIELD;
+    case SchedKind::blocking: return CU_CTX_SCHED_BLOCKING_SYNC;
+  }
+  return CU_CTX_SCHED_AUTO;
+}
+
+}  // namespace
+
+CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device, SchedKind sched) {
   CUcontext context = nullptr;
+  const unsigned int flags = sched_flags(sched);
   if (kind == ContextKind::primary) {
+    // Like cudaSetDeviceFlags: only meaningful before the primary context is active.
+    if (sched != SchedKind::automatic) {
+      check(driver, need(driver, driver.DevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags")(device, flags),
+            "cuDevicePrimaryCtxSetFlags");
+    }
     check(driver, need(driver, driver.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")(&context, device),
           "cuDevicePrimaryCtxRetain");
     check(driver, need(driver, driver.CtxSetCurrent, "cuCtxSetCurrent")(context), "cuCtxSetCurrent");
   } else if (driver.CtxCreate_v4 != nullptr) {
-    check(driver, driver.CtxCreate_v4(&context, nullptr, 0, device), "cuCtxCreate_v4");
+    check(driver, driver.CtxCreate_v4(&context, nullptr, flags, device), "cuCtxCreate_v4");
   } else if (driver.CtxCreate_v3 != nullptr) {
-    check(driver, driver.CtxCreate_v3(&context, nullptr, 0, 0, device), "cuCtxCreate_v3");
+    check(driver, driver.CtxCreate_v3(&context, nullptr, 0, flags, device), "cuCtxCreate_v3");
   } else {
-    check(driver, need(driver, driver.CtxCreate_v2, "cuCtxCreate")(&context, 0, device), "cuCtxCreate_v2");
+    check(driver, need(driver, driver.CtxCreate_v2, "cuCtxCreate")(&context, flags, device), "cuCtxCreate_v2");
   }
   return context;
 }
@@ -39,7 +59,7 @@ void close_context(const Driver& driver, ContextKind kind, CUdevice device, CUco
 Gpu::Gpu(const Driver& driver, const Options& options) : driver_(driver), context_kind_(options.context) {
   init_driver(driver_);
   check(driver_, need(driver_, driver_.DeviceGet, "cuDeviceGet")(&device_, options.device), "cuDeviceGet");
-  context_ = open_context(driver_, context_kind_, device_);
+  context_ = open_context(driver_, context_kind_, device_, options.sched);
   if (options.stream == StreamKind::created) {
     check(driver_, need(driver_, driver_.StreamCreate, "cuStreamCreate")(&stream_, CU_STREAM_NON_BLOCKING),
           "cuStreamCreate");

@@ -70,7 +70,7 @@ class Gpu {
 };
 
 // Creates a context of the given kind on device and makes it current.
-CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device);
+CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device, SchedKind sched = SchedKind::automatic);
 void close_context(const Driver& driver, ContextKind kind, CUdevice device, CUcontext context);
 
 }  // namespace quanta::tenant

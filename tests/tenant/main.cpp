@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
                            {"device", options.device},
                            {"context", context_name(options.context)},
                            {"stream", stream_name(options.stream)},
+                           {"sched", sched_name(options.sched)},
                            {"pid", getpid()},
                            {"pod", std::getenv("QUANTA_POD") != nullptr ? std::getenv("QUANTA_POD") : ""},
                            {"label", options.label}};

@@ -21,6 +21,8 @@ const Names<Lookup> kLookups = {
     {"direct", Lookup::direct}, {"dlsym", Lookup::dlsym}, {"getproc", Lookup::getproc}, {"getproc-ptds", Lookup::getproc_ptds}};
 const Names<ContextKind> kContexts = {{"primary", ContextKind::primary}, {"own", ContextKind::own}};
 const Names<StreamKind> kStreams = {{"created", StreamKind::created}, {"null", StreamKind::null}};
+const Names<SchedKind> kScheds = {
+    {"auto", SchedKind::automatic}, {"spin", SchedKind::spin}, {"yield", SchedKind::yield}, {"blocking", SchedKind::blocking}};
 const Names<AllocFamily> kFamilies = {
     {"alloc", AllocFamily::alloc},     {"pitch", AllocFamily::pitch},     {"managed", AllocFamily::managed},
     {"host", AllocFamily::host},       {"vmm", AllocFamily::vmm},         {"async", AllocFamily::async},
@@ -116,6 +118,7 @@ std::string mode_name(Mode mode) {
 std::string family_name(AllocFamily family) { return name_of(kFamilies, family); }
 std::string context_name(ContextKind kind) { return name_of(kContexts, kind); }
 std::string stream_name(StreamKind kind) { return name_of(kStreams, kind); }
+std::string sched_name(SchedKind kind) { return name_of(kScheds, kind); }
 
 ParseResult parse_options(int argc, char** argv) {
   Options options;
@@ -141,6 +144,7 @@ ParseResult parse_options(int argc, char** argv) {
       ->type_name("NS");
   add_choice(app, "--context", options.context, kContexts, "context");
   add_choice(app, "--stream", options.stream, kStreams, "stream for kernels");
+  add_choice(app, "--sched", options.sched, kScheds, "how synchronize calls wait (context flag)");
   add_choice(app, "--lookup", options.lookup, kLookups, "how driver entry points are found");
   add_number(app, "--cuda-version", options.cuda_version, 12000, 99999, "CUDA version given to cuGetProcAddress");
 

@@ -14,6 +14,8 @@ namespace quanta::tenant {
 enum class Mode { batch, requests, alloc, info };
 enum class ContextKind { primary, own };
 enum class StreamKind { created, null };
+// How the host thread waits in synchronize calls (the context's CU_CTX_SCHED_* flag).
+enum class SchedKind { automatic, spin, yield, blocking };
 enum class AllocFamily { alloc, pitch, managed, host, vmm, async, pool, array, array3d, mipmapped, graph_node };
 
 struct Options {
@@ -26,6 +28,7 @@ struct Options {
   std::optional<std::int64_t> start_at_ns;  // CLOCK_REALTIME
   ContextKind context = ContextKind::primary;
   StreamKind stream = StreamKind::created;
+  SchedKind sched = SchedKind::automatic;
   Lookup lookup = Lookup::direct;
   int cuda_version = 12080;
   // batch and requests
@@ -54,6 +57,7 @@ std::string mode_name(Mode mode);
 std::string family_name(AllocFamily family);
 std::string context_name(ContextKind kind);
 std::string stream_name(StreamKind kind);
+std::string sched_name(SchedKind kind);
 
 // "64Mi" -> 67108864. Empty on anything that is not a whole size.
 std::optional<std::uint64_t> parse_bytes(const std::string& text);
