@@ -43,16 +43,23 @@ add_custom_command(
 add_custom_target(quanta_vmlinux_h DEPENDS ${QUANTA_VMLINUX_H})
 
 # Static libbpf and what it needs (libelf, zlib; libzstd only where libelf.a was built with it).
-find_library(QUANTA_LIBBPF_STATIC NAMES libbpf.a REQUIRED)
-find_library(QUANTA_LIBELF_STATIC NAMES libelf.a REQUIRED)
-find_library(QUANTA_LIBZ_STATIC NAMES libz.a REQUIRED)
+foreach(_lib LIBBPF LIBELF LIBZ)
+  string(TOLOWER ${_lib} _name)
+  find_library(QUANTA_${_lib}_STATIC NAMES ${_name}.a)
+  if(NOT QUANTA_${_lib}_STATIC)
+    message(FATAL_ERROR "QUANTA_BUILD_BPF is ON but the static ${_name}.a was not found: install libbpf-dev, libelf-dev and zlib1g-dev, or configure with -DQUANTA_BUILD_BPF=OFF")
+  endif()
+endforeach()
 add_library(quanta_libbpf_static INTERFACE)
 target_include_directories(quanta_libbpf_static SYSTEM INTERFACE ${LIBBPF_INCLUDE_DIRS})
 target_link_libraries(quanta_libbpf_static INTERFACE
   ${QUANTA_LIBBPF_STATIC} ${QUANTA_LIBELF_STATIC} ${QUANTA_LIBZ_STATIC})
 execute_process(COMMAND nm ${QUANTA_LIBELF_STATIC} OUTPUT_VARIABLE _quanta_libelf_syms ERROR_QUIET)
 if(_quanta_libelf_syms MATCHES "U ZSTD_")
-  find_library(QUANTA_LIBZSTD_STATIC NAMES libzstd.a REQUIRED)
+  find_library(QUANTA_LIBZSTD_STATIC NAMES libzstd.a)
+  if(NOT QUANTA_LIBZSTD_STATIC)
+    message(FATAL_ERROR "${QUANTA_LIBELF_STATIC} needs libzstd.a, which was not found: install libzstd-dev")
+  endif()
   target_link_libraries(quanta_libbpf_static INTERFACE ${QUANTA_LIBZSTD_STATIC})
 endif()
 

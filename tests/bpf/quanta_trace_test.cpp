@@ -227,6 +227,26 @@ TEST(BpfOffcpu, PidThatDoesNotExistIsRejectedByNumber) {
       << trace.err();
 }
 
+TEST(BpfOffcpu, PrometheusOutputPassesPromtool) {
+  REQUIRE_BPF_OR_SKIP();
+  if (run_shell("command -v promtool >/dev/null") != 0) {
+    GTEST_SKIP() << "promtool is not installed (Debian package prometheus)";
+  }
+  SleepyChild traced;
+  ScratchDir dir;
+  const fs::path metrics = dir / "offcpu.prom";
+  Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()),
+                 "--duration", "0.5", "--prometheus", metrics.string()});
+  ASSERT_EQ(trace.finish(), 0) << trace.err();
+  const std::string text = read_file(metrics);
+  EXPECT_NE(text.find("# TYPE quanta_offcpu_off_cpu_seconds histogram"), std::string::npos);
+  EXPECT_NE(text.find("quanta_offcpu_off_cpu_seconds_count{pid=\"" +
+                      std::to_string(traced.pid()) + "\"}"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(run_shell("promtool check metrics < '" + metrics.string() + "'"), 0) << text;
+}
+
 struct HandoffRun {
   int rc = -1;
   json report;
