@@ -1,0 +1,146 @@
+// One GPU's scheduler: weighted fair sharing by virtual time between pods (and round robin
+// by virtual time between a pod's processes), priority classes, max-share ceilings, idle
+// and stopped holders. Pure: no I/O, no clock of its own; the arbiter feeds it events and
+// applies the actions it returns, so tests drive it with a fake clock.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/policy.h"
+
+namespace quanta::arbiter {
+
+using SlotId = uint32_t;
+using PodId = uint32_t;
+
+struct SchedulerOptions {
+  uint64_t quantum_ns = 20'000'000;
+  uint64_t quantum_min_ns = 1'000'000;   // bounds quanta; minimum hold before preemption
+  uint64_t quantum_max_ns = 100'000'000;
+  uint64_t revoke_timeout_ns = 500'000'000;
+  uint64_t idle_release_ns = 2'000'000;
+  uint64_t lag_ns = 0;                   // idle credit a waking pod keeps; 0 = one quantum
+  uint64_t share_window_ns = 1'000'000'000;  // max-share ceiling window
+  uint64_t stats_window_ns = 5'000'000'000;  // achieved-share window for status
+};
+
+enum class TenantState { kIdle, kWaiting, kHolding, kRevoking, kPassedOver };
+const char* state_name(TenantState s);
+
+struct Action {
+  enum class Kind { kGrant, kRevoke, kPassOver };
+  Kind kind;
+  SlotId slot;
+  bool operator==(const Action&) const = default;
+};
+
+// What `quantactl status` shows about one tenant.
+struct TenantReport {
+  SlotId slot;
+  PodId pod;
+  TenantState state;
+  double target_share;
+  double achieved_share;
+  uint64_t wait_p99_ns;
+  uint64_t quantum_ns;
+  uint64_t grants;
+  uint64_t pass_overs;
+};
+
+class Scheduler {
+ public:
+  // Virtual time advances by charged_ns * kScale / weight.
+  static constexpr uint64_t kScale = 1000;
+
+  explicit Scheduler(SchedulerOptions options);
+
+  // Policy of a pod; applies at the next decision (live changes included).
+  void set_pod_policy(PodId pod, const common::Policy& policy);
+  void add_tenant(SlotId slot, PodId pod, uint64_t now);
+  // After an arbiter restart: a re-adopted slot whose turn is odd holds the grant.
+  bool adopt_holder(SlotId slot, uint64_t now);  // false: another slot already holds
+  void remove_tenant(SlotId slot, uint64_t now);
+  bool has_tenant(SlotId slot) const { return tenants_.count(slot) != 0; }
+
+  // GateChannel::want as last read.
+  void set_want(SlotId slot, bool want, uint64_t now);
+  // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its own hold).
+  void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
+  // The tenant published a release of its current turn (odd: voluntary give-back).
+  void released(SlotId slot, uint64_t now);
+
+  // Runs one decision: returns the grants, revokes and pass-overs to apply, in order.
+  std::vector<Action> decide(uint64_t now);
+  // When decide() must run again even if no event arrives; 0 = not needed.
+  uint64_t next_deadline() const { return next_deadline_; }
+
+  std::optional<SlotId> holder() const { return holder_; }
+  TenantState state(SlotId slot) const;
+  uint64_t quantum_for(SlotId slot) const;
+  uint32_t waiting_count() const;
+  std::vector<TenantReport> report(uint64_t now) const;
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Interval {
+    uint64_t start;
+    uint64_t end;
+  };
+  struct Pod {
+    common::Policy policy;
+    uint64_t vtime = 0;
+    bool active = false;
+    std::deque<Interval> usage;  // holds within the share window (max-share)
+    uint64_t open_since = 0;     // start of the current hold, when one of its tenants holds
+  };
+  struct Tenant {
+    PodId pod = 0;
+    TenantState state = TenantState::kIdle;
+    bool want = false;
+    uint64_t vtime = 0;  // among the pod's own processes, unweighted ns
+    uint64_t grant_ns = 0;
+    uint64_t quantum_end_ns = 0;
+    uint64_t revoke_ns = 0;
+    uint64_t wait_since_ns = 0;
+    uint64_t last_launch_ns = 0;
+    uint64_t inflight_ns = 0;
+    uint64_t last_active_ns = 0;
+    uint64_t grants = 0;
+    uint64_t pass_overs = 0;
+    std::deque<Interval> holds;     // for the achieved share
+    std::deque<uint64_t> waits_ns;  // recent wait durations for the p99
+  };
+
+  Pod& pod_of(const Tenant& t);
+  const Pod& pod_of(const Tenant& t) const;
+  bool is_active(const Tenant& t) const;
+  void refresh_pod_activity(PodId pod, uint64_t now);
+  uint64_t pod_vtime_now(PodId id, const Pod& pod, uint64_t now) const;
+  uint64_t weight_of(const Pod& pod) const;
+  uint64_t budget_ns(const Pod& pod) const;
+  uint64_t used_in_window(const Pod& pod, uint64_t now) const;
+  bool throttled(const Pod& pod, uint64_t now) const;
+  uint64_t eligible_at(const Pod& pod, uint64_t now) const;
+  bool eligible(const Tenant& t, uint64_t now) const;
+  std::optional<SlotId> pick(uint64_t now) const;
+  void end_hold(SlotId slot, Tenant& t, uint64_t now);
+  void grant(SlotId slot, uint64_t now);
+  void after_release(Tenant& t, uint64_t now);
+  void trim(uint64_t now);
+  void renormalise();
+
+  SchedulerOptions options_;
+  std::map<PodId, Pod> pods_;
+  std::map<SlotId, Tenant> tenants_;
+  std::optional<SlotId> holder_;
+  std::vector<Action> pending_;
+  uint64_t next_deadline_ = 0;
+  uint64_t pod_floor_ = 0;  // lowest active pod vtime seen: waking pods are lifted near it
+};
+
+}  // namespace quanta::arbiter

@@ -1,0 +1,195 @@
+// The node config: every key read, defaults when absent, and bad files refused with
+// file:line:column, the key, the value and what is allowed. The shipped config/quanta.toml
+// must load as is.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "arbiter/config.h"
+
+namespace quanta::arbiter {
+namespace {
+
+std::string refusal(const std::string& text) {
+  try {
+    parse_config(text, "test.toml");
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(Config, EmptyFileGivesDefaults) {
+  NodeConfig c = parse_config("", "empty.toml");
+  EXPECT_EQ(c.scope, "quanta");
+  EXPECT_EQ(c.tenant_socket, "/run/quanta/tenant.sock");
+  EXPECT_EQ(c.admin_socket, "/run/quanta/admin.sock");
+  EXPECT_EQ(c.state_dir, "/var/lib/quanta");
+  EXPECT_FALSE(c.allow_unregistered);
+  EXPECT_TRUE(c.gpus.empty());
+  EXPECT_EQ(c.scheduler.quantum_ns, 20'000'000u);
+  EXPECT_EQ(c.scheduler.revoke_timeout_ns, 500'000'000u);
+  EXPECT_EQ(c.scheduler.lease_ns, 1'000'000'000u);
+  EXPECT_EQ(c.scheduler.idle_release_ns, 2'000'000u);
+  EXPECT_EQ(c.defaults.weight, 1u);
+  EXPECT_EQ(c.defaults.priority, common::Priority::kBatch);
+  EXPECT_EQ(c.defaults.max_share_ppm, common::kShareScale);
+  EXPECT_EQ(c.defaults.memory_limit, 0u);
+}
+
+TEST(Config, EveryKeyIsRead) {
+  NodeConfig c = parse_config(R"(
+[node]
+scope = "t1"
+tenant_socket = "/tmp/x/tenant.sock"
+admin_socket = "/tmp/x/admin.sock"
+state_dir = "/tmp/x/state"
+allow_unregistered = true
+gpus = ["GPU-a", "MIG-b"]
+
+[scheduler]
+quantum = "10ms"
+quantum_min = "500us"
+quantum_max = "50ms"
+revoke_timeout = "200ms"
+lease = "400ms"
+idle_release = "1ms"
+
+[defaults]
+weight = 2
+priority = "interactive"
+max_share = 0.5
+memory_limit = "1Gi"
+quantum = "5ms"
+
+[pod."heavy"]
+weight = 4
+max_share = "30%"
+
+[pod."capped"]
+memory_limit = 1048576
+priority = "best-effort"
+)",
+                              "full.toml");
+  EXPECT_EQ(c.scope, "t1");
+  EXPECT_EQ(c.tenant_socket, "/tmp/x/tenant.sock");
+  EXPECT_EQ(c.admin_socket, "/tmp/x/admin.sock");
+  EXPECT_EQ(c.state_dir, "/tmp/x/state");
+  EXPECT_TRUE(c.allow_unregistered);
+  ASSERT_EQ(c.gpus.size(), 2u);
+  EXPECT_EQ(c.gpus[1], "MIG-b");
+  EXPECT_EQ(c.scheduler.quantum_ns, 10'000'000u);
+  EXPECT_EQ(c.scheduler.quantum_min_ns, 500'000u);
+  EXPECT_EQ(c.scheduler.quantum_max_ns, 50'000'000u);
+  EXPECT_EQ(c.scheduler.revoke_timeout_ns, 200'000'000u);
+  EXPECT_EQ(c.scheduler.lease_ns, 400'000'000u);
+  EXPECT_EQ(c.scheduler.idle_release_ns, 1'000'000u);
+  EXPECT_EQ(c.defaults.weight, 2u);
+  EXPECT_EQ(c.defaults.priority, common::Priority::kInteractive);
+  EXPECT_EQ(c.defaults.max_share_ppm, 500'000u);
+  EXPECT_EQ(c.defaults.memory_limit, 1ull << 30);
+  EXPECT_EQ(c.defaults.quantum_ns, 5'000'000u);
+  common::Policy heavy = c.policy_for("heavy");
+  EXPECT_EQ(heavy.weight, 4u);
+  EXPECT_EQ(heavy.max_share_ppm, 300'000u);
+  EXPECT_EQ(heavy.priority, common::Priority::kInteractive) << "unset keys come from [defaults]";
+  common::Policy capped = c.policy_for("capped");
+  EXPECT_EQ(capped.memory_limit, 1048576u);
+  EXPECT_EQ(capped.priority, common::Priority::kBestEffort);
+  EXPECT_EQ(c.policy_for("unknown").weight, 2u);
+}
+
+TEST(Config, BadValueNamesPlaceKeyValueAndAllowed) {
+  std::string e = refusal("[defaults]\nweight = 0\n");
+  EXPECT_NE(e.find("test.toml:2:10"), std::string::npos) << e;
+  EXPECT_NE(e.find("defaults.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"0\""), std::string::npos) << e;
+  EXPECT_NE(e.find("1 to 1000"), std::string::npos) << e;
+
+  e = refusal("[scheduler]\n\nquantum = \"fast\"\n");
+  EXPECT_NE(e.find("test.toml:3:11"), std::string::npos) << e;
+  EXPECT_NE(e.find("scheduler.quantum"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"fast\""), std::string::npos) << e;
+  EXPECT_NE(e.find("ns, us, ms"), std::string::npos) << e;
+
+  e = refusal("[pod.\"a\"]\npriority = \"urgent\"\n");
+  EXPECT_NE(e.find("test.toml:2:12"), std::string::npos) << e;
+  EXPECT_NE(e.find("pod.\"a\".priority"), std::string::npos) << e;
+  EXPECT_NE(e.find("interactive, batch or best-effort"), std::string::npos) << e;
+
+  e = refusal("[defaults]\nmax_share = 1.5\n");
+  EXPECT_NE(e.find("defaults.max_share"), std::string::npos) << e;
+  EXPECT_NE(e.find("at most 1"), std::string::npos) << e;
+
+  e = refusal("[defaults]\nmemory_limit = \"10Gb\"\n");
+  EXPECT_NE(e.find("defaults.memory_limit"), std::string::npos) << e;
+  EXPECT_NE(e.find("Gi"), std::string::npos) << e;
+
+  e = refusal("[node]\nallow_unregistered = \"yes\"\n");
+  EXPECT_NE(e.find("node.allow_unregistered"), std::string::npos) << e;
+  EXPECT_NE(e.find("true or false"), std::string::npos) << e;
+
+  e = refusal("[node]\nscope = \"a/b\"\n");
+  EXPECT_NE(e.find("node.scope"), std::string::npos) << e;
+
+  e = refusal("[node]\ngpus = \"GPU-a\"\n");
+  EXPECT_NE(e.find("node.gpus"), std::string::npos) << e;
+
+  e = refusal("[scheduler]\nquantum = 20\n");
+  EXPECT_NE(e.find("scheduler.quantum"), std::string::npos) << e;
+  EXPECT_NE(e.find("unit"), std::string::npos) << e;
+}
+
+TEST(Config, UnknownKeysAreRefused) {
+  std::string e = refusal("[node]\nscoop = \"x\"\n");
+  EXPECT_NE(e.find("test.toml:2:1"), std::string::npos) << e;
+  EXPECT_NE(e.find("unknown key \"scoop\""), std::string::npos) << e;
+  EXPECT_NE(e.find("scope"), std::string::npos) << e;
+
+  e = refusal("[schedular]\n");
+  EXPECT_NE(e.find("unknown key \"schedular\""), std::string::npos) << e;
+
+  e = refusal("[pod.\"a\"]\nwieght = 3\n");
+  EXPECT_NE(e.find("unknown key \"wieght\""), std::string::npos) << e;
+}
+
+TEST(Config, QuantumOutsideItsBoundsIsRefused) {
+  std::string e = refusal("[scheduler]\nquantum = \"200ms\"\n");
+  EXPECT_NE(e.find("scheduler.quantum"), std::string::npos) << e;
+  EXPECT_NE(e.find("quantum_min <= quantum <= quantum_max"), std::string::npos) << e;
+}
+
+TEST(Config, SyntaxErrorGivesPlace) {
+  std::string e = refusal("[node]\nscope = \n");
+  EXPECT_EQ(e.rfind("test.toml:2:", 0), 0u) << e;
+}
+
+TEST(Config, MissingFileIsRefusedClearly) {
+  try {
+    load_config("/nonexistent/quanta.toml");
+    FAIL() << "accepted a missing file";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/quanta.toml"), std::string::npos);
+  }
+}
+
+TEST(Config, ShippedConfigLoads) {
+  NodeConfig c = load_config(QUANTA_SOURCE_DIR "/config/quanta.toml");
+  EXPECT_EQ(c.scope, "quanta");
+  EXPECT_FALSE(c.allow_unregistered);
+  EXPECT_EQ(c.scheduler.quantum_ns, 20'000'000u);
+}
+
+TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
+  common::Policy p;
+  EXPECT_EQ(apply_policy_value(&p, "max-share", "0.25"), "");
+  EXPECT_EQ(p.max_share_ppm, 250'000u);
+  EXPECT_EQ(apply_policy_value(&p, "memory-limit", "2Gi"), "");
+  EXPECT_EQ(p.memory_limit, 2ull << 30);
+  EXPECT_EQ(apply_policy_value(&p, "memory-limit", "none"), "");
+  EXPECT_EQ(p.memory_limit, 0u);
+  EXPECT_NE(apply_policy_value(&p, "colour", "red").find("allowed keys"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace quanta::arbiter
