@@ -23,7 +23,7 @@
 #include "common/futex.h"
 #include "common/shm_layout.h"
 #include "common/wire.h"
-#include "shim/link_wire.h"
+#include "shim/arbiter_wire.h"
 #include "shim/log.h"
 #include "shim/options.h"
 #include "shim/real_driver.h"
@@ -174,8 +174,11 @@ struct LastHit {
   uint32_t epoch;
 };
 QUANTA_TLS LastHit t_last = {nullptr, nullptr, 0};
+// Bindings this thread is inside, innermost last: one per link_gate_enter not yet left (a
+// multi-device cooperative launch enters one gate per device before its real call).
+constexpr uint32_t kMaxEntered = 16;
 QUANTA_TLS uint32_t t_gate_depth = 0;
-QUANTA_TLS Binding* t_entered = nullptr;
+QUANTA_TLS Binding* t_entered[kMaxEntered] = {};
 QUANTA_TLS bool t_in_link = false;
 
 struct InLink {
@@ -510,7 +513,6 @@ void reset_in_child() {
   }
   t_last = LastHit{nullptr, nullptr, 0};
   t_gate_depth = 0;
-  t_entered = nullptr;
   t_in_link = false;
   g_process.epoch.fetch_add(1);
   g_process.state.store(kUntouched, std::memory_order_release);
@@ -973,10 +975,13 @@ bool link_memory_account(CUdevice device, MemoryAccount* out) {
 }
 
 void link_gate_enter(CUcontext context) {
-  if (t_gate_depth++ != 0 || t_in_link) return;  // nested wrappers: the outer one gates
+  const uint32_t depth = t_gate_depth++;
+  if (depth >= kMaxEntered) return;  // deeper than any real caller goes: ungated
+  t_entered[depth] = nullptr;
+  if (t_in_link) return;
   Binding* binding = binding_for_context(context);
-  t_entered = binding;
   if (!binding) return;
+  t_entered[depth] = binding;
   binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);
   const Route* route = binding->route.load(std::memory_order_acquire);
   if (!route) return;  // device not attached: ungated
@@ -994,9 +999,11 @@ void link_gate_enter(CUcontext context) {
 }
 
 void link_gate_leave(CUcontext /*context*/, CUresult /*launched*/) {
-  if (t_gate_depth == 0 || --t_gate_depth != 0) return;
-  Binding* binding = t_entered;
-  t_entered = nullptr;
+  if (t_gate_depth == 0) return;
+  const uint32_t depth = --t_gate_depth;
+  if (depth >= kMaxEntered) return;
+  Binding* binding = t_entered[depth];
+  t_entered[depth] = nullptr;
   if (binding) binding->launchers_inside.fetch_sub(1, std::memory_order_release);
 }
 
