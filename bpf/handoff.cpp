@@ -1,6 +1,12 @@
 // quanta-trace handoff: attaches handoff.bpf.c to the quanta:* USDT probes of a binary or
 // library and reports handoff latency and gate wait per device, plus an optional
 // Chrome/Perfetto timeline of grants, releases, holds, waits and handoffs.
+#include "handoff.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -10,16 +16,11 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
-#include "handoff.h"
 #include "handoff.skel.h"
 #include "histogram.h"
 #include "session.h"
@@ -38,8 +39,8 @@ struct RingBufferDeleter {
   void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
 };
 
-const char* const kProbeNames[QUANTA_PROBE_COUNT] = {"gate_wait_begin", "gate_wait_end",
-                                                     "release", "grant"};
+const char* const kProbeNames[QUANTA_PROBE_COUNT] = {"gate_wait_begin", "gate_wait_end", "release",
+                                                     "grant"};
 
 struct DeviceHists {
   Histogram handoff;
@@ -92,13 +93,13 @@ nlohmann::json build_timeline(std::vector<quanta_handoff_event> events, uint64_t
   const uint64_t t0 = events.empty() ? 0 : events.front().ts_ns;
   auto us = [t0](uint64_t ts_ns) { return static_cast<double>(ts_ns - t0) / 1e3; };
   nlohmann::json trace = nlohmann::json::array();
-  std::map<std::pair<uint32_t, uint32_t>, uint64_t> grant_ts;     // (device, slot) -> ts
-  std::map<uint32_t, quanta_handoff_event> pending_release;       // device -> release
+  std::map<std::pair<uint32_t, uint32_t>, uint64_t> grant_ts;  // (device, slot) -> ts
+  std::map<uint32_t, quanta_handoff_event> pending_release;    // device -> release
   for (const auto& e : events) {
     const nlohmann::json args = {{"device", e.device}, {"slot", e.slot}};
     auto event = [&](const char* name, const char* ph, double ts_us) {
-      nlohmann::json j = {{"name", name}, {"cat", "quanta"}, {"ph", ph}, {"ts", ts_us},
-                          {"pid", e.pid},  {"tid", e.tid},    {"args", args}};
+      nlohmann::json j = {{"name", name}, {"cat", "quanta"}, {"ph", ph},    {"ts", ts_us},
+                          {"pid", e.pid}, {"tid", e.tid},    {"args", args}};
       if (ph[0] == 'i') j["s"] = "t";
       return j;
     };
@@ -160,7 +161,10 @@ int run_handoff(const HandoffOptions& options) {
   {
     char magic[4] = {};
     std::ifstream file(binary, std::ios::binary);
-    if (!file.read(magic, sizeof magic) || std::memcmp(magic, "\x7f" "ELF", 4) != 0) {
+    if (!file.read(magic, sizeof magic) || std::memcmp(magic,
+                                                       "\x7f"
+                                                       "ELF",
+                                                       4) != 0) {
       throw TraceError("binary '" + binary + "' is not an ELF executable or shared library");
     }
   }
@@ -181,14 +185,13 @@ int run_handoff(const HandoffOptions& options) {
   if (targets.empty()) targets.push_back(-1);  // every process that maps the binary
   for (int probe = 0; probe < QUANTA_PROBE_COUNT; ++probe) {
     for (pid_t pid : targets) {
-      bpf_link* link =
-          bpf_program__attach_usdt(programs[probe], pid, binary.c_str(), "quanta",
-                                   kProbeNames[probe], nullptr);
+      bpf_link* link = bpf_program__attach_usdt(programs[probe], pid, binary.c_str(), "quanta",
+                                                kProbeNames[probe], nullptr);
       if (!link) {
         const int err = errno;
         if (err == ENOENT) {
-          throw TraceError("binary '" + binary + "' has no USDT probe quanta:" +
-                           kProbeNames[probe] +
+          throw TraceError("binary '" + binary +
+                           "' has no USDT probe quanta:" + kProbeNames[probe] +
                            " (name the executable or library built with Quanta's probes)");
         }
         throw TraceError("cannot attach USDT probe quanta:" + std::string(kProbeNames[probe]) +
@@ -209,15 +212,14 @@ int run_handoff(const HandoffOptions& options) {
 
   spdlog::info("Tracing quanta:* probes in {} for {} s (Ctrl-C to end)", binary,
                options.duration_s);
-  const double elapsed = run_session(std::chrono::duration<double>(options.duration_s),
-                                     options.pids, [&rb](int timeout_ms) {
-                                       if (rb) {
-                                         ring_buffer__poll(rb.get(), timeout_ms);
-                                       } else {
-                                         std::this_thread::sleep_for(
-                                             std::chrono::milliseconds(timeout_ms));
-                                       }
-                                     });
+  const double elapsed = run_session(
+      std::chrono::duration<double>(options.duration_s), options.pids, [&rb](int timeout_ms) {
+        if (rb) {
+          ring_buffer__poll(rb.get(), timeout_ms);
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+        }
+      });
   links.clear();
   if (rb) ring_buffer__consume(rb.get());
 
@@ -241,7 +243,8 @@ int run_handoff(const HandoffOptions& options) {
 
   if (options.json) {
     nlohmann::json probes;
-    for (int probe = 0; probe < QUANTA_PROBE_COUNT; ++probe) probes[kProbeNames[probe]] = counts[probe];
+    for (int probe = 0; probe < QUANTA_PROBE_COUNT; ++probe)
+      probes[kProbeNames[probe]] = counts[probe];
     nlohmann::json devices = nlohmann::json::array();
     for (const auto& [device, h] : hists) {
       devices.push_back({{"device", device},
@@ -256,9 +259,8 @@ int run_handoff(const HandoffOptions& options) {
                              {"gate_wait", all_wait.to_json()},
                              {"devices", std::move(devices)}};
     if (!options.timeline_file.empty()) {
-      report["timeline"] = {{"file", options.timeline_file},
-                            {"events", events.size()},
-                            {"events_lost", lost}};
+      report["timeline"] = {
+          {"file", options.timeline_file}, {"events", events.size()}, {"events_lost", lost}};
     }
     std::cout << report.dump(2) << std::endl;
   } else {

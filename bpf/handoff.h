@@ -9,32 +9,32 @@
 
 /* One value per probe; also the `kind` of a timeline event and the index of its counter. */
 enum quanta_handoff_probe {
-	QUANTA_PROBE_GATE_WAIT_BEGIN = 0, /* quanta:gate_wait_begin(u32 device, u32 slot) */
-	QUANTA_PROBE_GATE_WAIT_END = 1,   /* quanta:gate_wait_end(u32 device, u32 slot, u64 wait_ns) */
-	QUANTA_PROBE_RELEASE = 2,         /* quanta:release(u32 device, u32 slot) */
-	QUANTA_PROBE_GRANT = 3,           /* quanta:grant(u32 device, u32 slot) */
-	QUANTA_PROBE_COUNT = 4,
+  QUANTA_PROBE_GATE_WAIT_BEGIN = 0, /* quanta:gate_wait_begin(u32 device, u32 slot) */
+  QUANTA_PROBE_GATE_WAIT_END = 1,   /* quanta:gate_wait_end(u32 device, u32 slot, u64 wait_ns) */
+  QUANTA_PROBE_RELEASE = 2,         /* quanta:release(u32 device, u32 slot) */
+  QUANTA_PROBE_GRANT = 3,           /* quanta:grant(u32 device, u32 slot) */
+  QUANTA_PROBE_COUNT = 4,
 };
 
 enum quanta_handoff_hist_kind {
-	QUANTA_HIST_HANDOFF = 0,   /* release on a device to the next slot's gate_wait_end */
-	QUANTA_HIST_GATE_WAIT = 1, /* wait_ns reported by gate_wait_end */
+  QUANTA_HIST_HANDOFF = 0,   /* release on a device to the next slot's gate_wait_end */
+  QUANTA_HIST_GATE_WAIT = 1, /* wait_ns reported by gate_wait_end */
 };
 
 struct quanta_handoff_key {
-	unsigned int device;
-	unsigned int kind;
+  unsigned int device;
+  unsigned int kind;
 };
 
 struct quanta_handoff_event {
-	unsigned long long ts_ns; /* CLOCK_MONOTONIC */
-	unsigned long long value_ns; /* gate_wait_end: wait_ns; else 0 */
-	unsigned int pid;
-	unsigned int tid;
-	unsigned int device;
-	unsigned int slot;
-	unsigned int probe; /* enum quanta_handoff_probe */
-	unsigned int pad;
+  unsigned long long ts_ns;    /* CLOCK_MONOTONIC */
+  unsigned long long value_ns; /* gate_wait_end: wait_ns; else 0 */
+  unsigned int pid;
+  unsigned int tid;
+  unsigned int device;
+  unsigned int slot;
+  unsigned int probe; /* enum quanta_handoff_probe */
+  unsigned int pad;
 };
 
 #endif

@@ -6,9 +6,9 @@
 #define QUANTA_HIST_SLOTS 40 /* 2^40 ns is about 18 minutes: nothing we trace lasts longer */
 
 struct quanta_hist {
-	unsigned int slots[QUANTA_HIST_SLOTS];
-	unsigned long long count;
-	unsigned long long sum_ns;
+  unsigned int slots[QUANTA_HIST_SLOTS];
+  unsigned long long count;
+  unsigned long long sum_ns;
 };
 
 #endif

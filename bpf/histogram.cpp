@@ -76,8 +76,8 @@ void Histogram::print(std::ostream& out, std::string_view title) const {
     return;
   }
   out << "count " << count_ << ", mean "
-      << format_duration_ns(static_cast<double>(sum_ns_) / static_cast<double>(count_))
-      << ", p50 ~" << format_duration_ns(percentile_ns(0.50)) << ", p99 ~"
+      << format_duration_ns(static_cast<double>(sum_ns_) / static_cast<double>(count_)) << ", p50 ~"
+      << format_duration_ns(percentile_ns(0.50)) << ", p99 ~"
       << format_duration_ns(percentile_ns(0.99)) << "\n";
   int first = 0;
   int last = kSlots - 1;

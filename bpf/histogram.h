@@ -5,17 +5,16 @@
 #include <array>
 #include <cstdint>
 #include <iosfwd>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
-
-#include <nlohmann/json.hpp>
 
 #include "hist.h"
 
 namespace quanta::bpf {
 
 class Histogram {
-public:
+ public:
   static constexpr int kSlots = QUANTA_HIST_SLOTS;
 
   void add(const quanta_hist& raw);
@@ -37,7 +36,7 @@ public:
   // One series of a Prometheus histogram in seconds; `labels` is `a="x",b="y"` or empty.
   void write_prometheus(std::ostream& out, std::string_view metric, std::string_view labels) const;
 
-private:
+ private:
   std::array<uint64_t, kSlots> slots_{};
   uint64_t count_ = 0;
   uint64_t sum_ns_ = 0;

@@ -1,20 +1,21 @@
 // quanta-trace offcpu: run-queue latency and off-CPU time of the given processes, from
 // offcpu.bpf.c, printed as histograms per process (text, JSON or Prometheus).
+#include "offcpu.h"
+
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-#include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
-
 #include "histogram.h"
-#include "offcpu.h"
 #include "offcpu.skel.h"
 #include "session.h"
 #include "tools.h"
@@ -78,8 +79,8 @@ int run_offcpu(const OffcpuOptions& options) {
     const uint32_t tgid = static_cast<uint32_t>(pid);
     const uint8_t yes = 1;
     if (bpf_map_update_elem(tgids_fd, &tgid, &yes, BPF_ANY) != 0) {
-      throw TraceError("cannot add pid " + std::to_string(pid) + " to the filter: " +
-                       errno_text(errno));
+      throw TraceError("cannot add pid " + std::to_string(pid) +
+                       " to the filter: " + errno_text(errno));
     }
   }
   struct {
@@ -93,18 +94,17 @@ int run_offcpu(const OffcpuOptions& options) {
   };
   for (auto& a : attachments) {
     *a.link = bpf_program__attach(a.prog);
-    if (!*a.link) throw TraceError(std::string("cannot attach ") + a.what + ": " + errno_text(errno));
+    if (!*a.link)
+      throw TraceError(std::string("cannot attach ") + a.what + ": " + errno_text(errno));
   }
 
   std::string pid_list;
   for (pid_t pid : options.pids) pid_list += (pid_list.empty() ? "" : ",") + std::to_string(pid);
   spdlog::info("Tracing run-queue latency and off-CPU time of pid {} for {} s (Ctrl-C to end)",
                pid_list, options.duration_s);
-  const double elapsed = run_session(std::chrono::duration<double>(options.duration_s),
-                                     options.pids, [](int timeout_ms) {
-                                       std::this_thread::sleep_for(
-                                           std::chrono::milliseconds(timeout_ms));
-                                     });
+  const double elapsed = run_session(
+      std::chrono::duration<double>(options.duration_s), options.pids,
+      [](int timeout_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms)); });
   offcpu_bpf__detach(skel.get());
   const auto hists = read_hists(skel.get());
 

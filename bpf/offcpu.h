@@ -8,13 +8,13 @@
 #define QUANTA_OFFCPU_MAX_TGIDS 64
 
 enum quanta_offcpu_kind {
-	QUANTA_OFFCPU_RUNQ = 0, /* woken (or preempted) until back on a CPU */
-	QUANTA_OFFCPU_OFF = 1,  /* switched out until switched back in, for any reason */
+  QUANTA_OFFCPU_RUNQ = 0, /* woken (or preempted) until back on a CPU */
+  QUANTA_OFFCPU_OFF = 1,  /* switched out until switched back in, for any reason */
 };
 
 struct quanta_offcpu_key {
-	unsigned int tgid;
-	unsigned int kind;
+  unsigned int tgid;
+  unsigned int kind;
 };
 
 #endif

@@ -1,12 +1,12 @@
 // quanta-trace: bounded eBPF tracing sessions for Quanta (off-CPU and run-queue latency of
 // tenants, GPU handoff latency from Quanta's USDT probes). Parses the command line and
 // hands over to one tool; every failure ends here as one line on stderr and exit code 1.
-#include <cstdlib>
-#include <iostream>
-
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdlib>
+#include <iostream>
 
 #include "session.h"
 #include "tools.h"
@@ -38,8 +38,9 @@ int main(int argc, char** argv) {
   HandoffOptions handoff;
   auto* handoff_cmd = app.add_subcommand(
       "handoff", "GPU handoff latency and gate wait from the quanta:* USDT probes of a binary");
-  handoff_cmd->add_option("-b,--binary", handoff.binary,
-                          "Executable or library that holds the quanta:* probes")
+  handoff_cmd
+      ->add_option("-b,--binary", handoff.binary,
+                   "Executable or library that holds the quanta:* probes")
       ->required();
   handoff_cmd->add_option("-p,--pid", handoff.pids,
                           "Trace only these processes (default: all that map the binary)");

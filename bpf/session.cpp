@@ -1,6 +1,9 @@
 // The bounded tracing session shared by quanta-trace's tools, and libbpf's log hook.
 #include "session.h"
 
+#include <bpf/libbpf.h>
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
 #include <csignal>
 #include <cstdarg>
@@ -10,15 +13,14 @@
 #include <string>
 #include <thread>
 
-#include <bpf/libbpf.h>
-#include <spdlog/spdlog.h>
-
 namespace quanta::bpf {
 namespace {
 
 volatile std::sig_atomic_t g_stop = 0;
 
-void on_stop_signal(int) { g_stop = 1; }
+void on_stop_signal(int) {
+  g_stop = 1;
+}
 
 bool verbose_libbpf = false;
 

@@ -2,19 +2,19 @@
 // and the bounded session loop (a duration, Ctrl-C, or the traced processes exiting).
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include <sys/types.h>
-
 namespace quanta::bpf {
 
 // A failure the user can act on; main prints what() as one line and exits non-zero.
 class TraceError : public std::runtime_error {
-public:
+ public:
   using std::runtime_error::runtime_error;
 };
 

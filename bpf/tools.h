@@ -2,10 +2,10 @@
 // runs one bounded session, prints its report, and throws TraceError on failure.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
-
-#include <sys/types.h>
 
 namespace quanta::bpf {
 

@@ -3,6 +3,7 @@
 // They need root, kernel BTF and tracefs; without them they skip, or fail when
 // QUANTA_REQUIRE_BPF=1 (CI), naming what is missing.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -17,14 +18,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -44,19 +43,19 @@ std::string missing_bpf_precondition() {
   return {};
 }
 
-#define REQUIRE_BPF_OR_SKIP()                                               \
-  do {                                                                      \
-    const std::string why = missing_bpf_precondition();                     \
-    if (!why.empty()) {                                                     \
-      const char* require = std::getenv("QUANTA_REQUIRE_BPF");              \
-      if (require && std::string(require) == "1") FAIL() << why;            \
-      GTEST_SKIP() << why;                                                  \
-    }                                                                       \
+#define REQUIRE_BPF_OR_SKIP()                                    \
+  do {                                                           \
+    const std::string why = missing_bpf_precondition();          \
+    if (!why.empty()) {                                          \
+      const char* require = std::getenv("QUANTA_REQUIRE_BPF");   \
+      if (require && std::string(require) == "1") FAIL() << why; \
+      GTEST_SKIP() << why;                                       \
+    }                                                            \
   } while (0)
 
 // A temporary directory unique to this test process, removed at the end.
 class ScratchDir {
-public:
+ public:
   ScratchDir() {
     std::string tmpl = (fs::temp_directory_path() / "quanta-bpf-test-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -68,13 +67,13 @@ public:
   }
   fs::path operator/(const std::string& name) const { return path_ / name; }
 
-private:
+ private:
   fs::path path_;
 };
 
 // A child process with its stdin writable and its stdout/stderr readable through pipes.
 class Process {
-public:
+ public:
   explicit Process(std::vector<std::string> argv) {
     int in[2], out[2], err[2];
     if (::pipe2(in, O_CLOEXEC) || ::pipe2(out, O_CLOEXEC) || ::pipe2(err, O_CLOEXEC)) {
@@ -151,7 +150,7 @@ public:
   const std::string& out() const { return out_text_; }
   const std::string& err() const { return err_text_; }
 
-private:
+ private:
   static std::string drain(int fd) {
     std::string text;
     char buf[4096];
@@ -167,7 +166,7 @@ private:
 
 // A forked child that sleeps 1 ms and wakes, forever: steady scheduler traffic.
 class SleepyChild {
-public:
+ public:
   SleepyChild() {
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -181,7 +180,7 @@ public:
   }
   pid_t pid() const { return pid_; }
 
-private:
+ private:
   pid_t pid_;
 };
 
@@ -201,8 +200,8 @@ TEST(BpfOffcpu, ReportsHistogramsOnlyForTheRequestedProcess) {
   REQUIRE_BPF_OR_SKIP();
   SleepyChild traced;
   SleepyChild untraced;
-  Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()),
-                 "--duration", "1", "--json"});
+  Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()), "--duration",
+                 "1", "--json"});
   ASSERT_EQ(trace.finish(), 0) << trace.err();
   const json report = json::parse(trace.out());
   ASSERT_EQ(report["processes"].size(), 1u) << report.dump(2);
@@ -235,13 +234,13 @@ TEST(BpfOffcpu, PrometheusOutputPassesPromtool) {
   SleepyChild traced;
   ScratchDir dir;
   const fs::path metrics = dir / "offcpu.prom";
-  Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()),
-                 "--duration", "0.5", "--prometheus", metrics.string()});
+  Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()), "--duration",
+                 "0.5", "--prometheus", metrics.string()});
   ASSERT_EQ(trace.finish(), 0) << trace.err();
   const std::string text = read_file(metrics);
   EXPECT_NE(text.find("# TYPE quanta_offcpu_off_cpu_seconds histogram"), std::string::npos);
-  EXPECT_NE(text.find("quanta_offcpu_off_cpu_seconds_count{pid=\"" +
-                      std::to_string(traced.pid()) + "\"}"),
+  EXPECT_NE(text.find("quanta_offcpu_off_cpu_seconds_count{pid=\"" + std::to_string(traced.pid()) +
+                      "\"}"),
             std::string::npos)
       << text;
   EXPECT_EQ(run_shell("promtool check metrics < '" + metrics.string() + "'"), 0) << text;
@@ -256,11 +255,11 @@ struct HandoffRun {
 // usdt_emitter with `rounds` turns per slot, traced from before its first probe to its exit.
 HandoffRun trace_emitter(int rounds, const std::vector<std::string>& extra_args) {
   HandoffRun run;
-  Process emitter({USDT_EMITTER_PATH, "--rounds", std::to_string(rounds), "--hold-us", "500",
-                   "--device", "3"});
-  std::vector<std::string> args = {QUANTA_TRACE_PATH, "handoff", "--binary", USDT_EMITTER_PATH,
-                                   "--pid", std::to_string(emitter.pid()), "--duration", "8",
-                                   "--json"};
+  Process emitter(
+      {USDT_EMITTER_PATH, "--rounds", std::to_string(rounds), "--hold-us", "500", "--device", "3"});
+  std::vector<std::string> args = {QUANTA_TRACE_PATH, "handoff", "--binary",
+                                   USDT_EMITTER_PATH, "--pid",   std::to_string(emitter.pid()),
+                                   "--duration",      "8",       "--json"};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   Process trace(args);
   // The tool prints "Tracing" once every probe is attached: only then may the emitter start.
@@ -344,8 +343,8 @@ TEST(BpfHandoff, PrometheusOutputPassesPromtool) {
 }
 
 TEST(BpfHandoff, MissingBinaryIsNamedInTheError) {
-  Process trace({QUANTA_TRACE_PATH, "handoff", "--binary", "/nonexistent/quanta-app",
-                 "--duration", "1"});
+  Process trace(
+      {QUANTA_TRACE_PATH, "handoff", "--binary", "/nonexistent/quanta-app", "--duration", "1"});
   EXPECT_EQ(trace.finish(), 1);
   EXPECT_NE(trace.err().find("'/nonexistent/quanta-app' does not exist"), std::string::npos)
       << trace.err();
@@ -356,8 +355,8 @@ TEST(BpfHandoff, BinaryWithoutQuantaProbesNamesBinaryAndProbe) {
   // quanta-trace itself is an ELF file with no quanta:* probes.
   Process trace({QUANTA_TRACE_PATH, "handoff", "--binary", QUANTA_TRACE_PATH, "--duration", "1"});
   EXPECT_EQ(trace.finish(), 1);
-  const std::string expected = std::string("binary '") + QUANTA_TRACE_PATH +
-                               "' has no USDT probe quanta:gate_wait_begin";
+  const std::string expected =
+      std::string("binary '") + QUANTA_TRACE_PATH + "' has no USDT probe quanta:gate_wait_begin";
   EXPECT_NE(trace.err().find(expected), std::string::npos) << trace.err();
 }
 
