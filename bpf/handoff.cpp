@@ -6,6 +6,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -173,6 +174,10 @@ int run_handoff(const HandoffOptions& options) {
   std::unique_ptr<handoff_bpf, SkeletonDeleter> skel(handoff_bpf__open());
   if (!skel) throw TraceError("cannot open the handoff BPF object: " + errno_text(errno));
   skel->rodata->emit_events = !options.timeline_file.empty();
+  if (!skel->rodata->emit_events) {
+    // No timeline: the ring buffer stays empty, so give it the smallest legal size.
+    bpf_map__set_max_entries(skel->maps.events, static_cast<uint32_t>(::getpagesize()));
+  }
   if (int err = handoff_bpf__load(skel.get()); err != 0) {
     throw TraceError("cannot load the handoff BPF programs (root needed): " + errno_text(err));
   }
