@@ -31,9 +31,9 @@ int libbpf_log(enum libbpf_print_level level, const char* format, va_list args) 
   std::string text(line);
   while (!text.empty() && text.back() == '\n') text.pop_back();
   if (level == LIBBPF_WARN) {
-    spdlog::warn("libbpf: {}", text);
+    spdlog::warn("{}", text);  // libbpf prefixes its own name
   } else {
-    spdlog::debug("libbpf: {}", text);
+    spdlog::debug("{}", text);
   }
   return 0;
 }
