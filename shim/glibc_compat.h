@@ -13,9 +13,11 @@
 
 #define QUANTA_PIN_GLIBC(sym) __asm__(".symver " #sym "," #sym "@" QUANTA_GLIBC_BASE)
 
+// dlsym is not pinned: libquanta.so defines it (interpose_lookup.cpp). Shim code reaches
+// glibc's through real_dlsym() (real_driver.h), found with dlvsym.
+
 QUANTA_PIN_GLIBC(dlopen);
 QUANTA_PIN_GLIBC(dlclose);
-QUANTA_PIN_GLIBC(dlsym);
 QUANTA_PIN_GLIBC(dlvsym);
 QUANTA_PIN_GLIBC(dladdr);
 QUANTA_PIN_GLIBC(dlerror);

@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "shim/log.h"
-#include "shim/spin.h"
 
 namespace quanta::shim {
 
@@ -97,15 +96,19 @@ void* symbol_in(RealLibrary& library, const char* name) {
 
 }  // namespace
 
-void* real_dlsym(void* handle, const char* name) noexcept {
+void* real_dlsym_function() noexcept {
   DlsymFn real = g_real_dlsym.load(std::memory_order_acquire);
   if (__builtin_expect(real == nullptr, 0)) {
     real = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", QUANTA_GLIBC_BASE));
     if (!real) real = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
-    if (!real) return nullptr;  // cannot happen with glibc: dlsym exists under its base version
-    g_real_dlsym.store(real, std::memory_order_release);
+    if (real) g_real_dlsym.store(real, std::memory_order_release);
   }
-  return real(handle, name);
+  return reinterpret_cast<void*>(real);
+}
+
+void* real_dlsym(void* handle, const char* name) noexcept {
+  auto real = reinterpret_cast<DlsymFn>(real_dlsym_function());
+  return real ? real(handle, name) : nullptr;  // glibc always has dlsym under its base version
 }
 
 void* real_driver_symbol(const char* name) noexcept { return symbol_in(g_driver, name); }

@@ -17,8 +17,9 @@ void* real_driver_symbol(const char* name) noexcept;
 // The same for libnvidia-ml.so.1.
 void* real_nvml_symbol(const char* name) noexcept;
 
-// glibc's own dlsym (the shim exports an override of dlsym).
+// glibc's own dlsym (the shim exports an override of dlsym), and its address.
 void* real_dlsym(void* handle, const char* name) noexcept;
+void* real_dlsym_function() noexcept;
 
 // Handles of the real libraries when they are loaded already, else nullptr; never loads.
 void* loaded_driver_handle() noexcept;
