@@ -1,0 +1,97 @@
+// `handoff`: two tenants with 0.1 ms kernels and a 1 ms quantum force thousands of
+// switches. Quanta's figure is the time from one tenant's release to the next tenant's
+// first launch, taken from the shim's USDT probes (quanta-trace); the floor is a one-hop
+// process-shared futex wake measured in the same run. simgpu's log adds the device-side
+// view: idle time between two tenants' slices, for native time slicing too.
+#include "futex_floor.h"
+#include "scenarios.h"
+#include "stats.h"
+#include "tracer.h"
+
+namespace quanta::bench {
+
+namespace {
+
+Json device_gaps(const SimLog& log, const Window& window) {
+  auto changes = switches(log, window);
+  std::vector<double> gaps;
+  for (const auto& change : changes) gaps.push_back(static_cast<double>(change.gap_ns) / 1e3);
+  return {{"switches", changes.size()},
+          {"context_switches_per_s", figure(window.seconds() > 0 ? std::optional<double>(changes.size() / window.seconds())
+                                                                 : std::nullopt, 1)},
+          {"device_gap_p50_us", figure(percentile(gaps, 50), 1)},
+          {"device_gap_p99_us", figure(percentile(gaps, 99), 1)}};
+}
+
+Json run_config(const Bench& bench, const std::string& name, bool quanta, double seconds) {
+  Json out = Json::object();
+  if (quanta) out = {{"p50_us", nullptr}, {"p99_us", nullptr}};
+  std::string missing = quanta ? bench.missing_for_quanta() : bench.missing_for_tenants();
+  if (!missing.empty()) {
+    add_note(out, missing);
+    return out;
+  }
+  Run run(bench, name, quanta);
+  std::vector<TenantSpec> specs;
+  for (int i = 0; i < 2; ++i) {
+    specs.push_back(TenantSpec{{"batch", "--kernel-ms", "0.1", "--depth", "1", "--seconds", std::to_string(seconds)},
+                               "h" + std::to_string(i), 0});
+  }
+  std::unique_ptr<HandoffTracer> tracer;
+  if (quanta) {
+    ArbiterSettings arbiter;
+    arbiter.quantum = "1ms";
+    for (const auto& spec : specs) arbiter.pods.push_back(PodPolicy{spec.pod, 1, "", "", "", "1ms"});
+    std::string why = run.start_arbiter(arbiter);
+    if (!why.empty()) {
+      add_note(out, why);
+      return out;
+    }
+    tracer = std::make_unique<HandoffTracer>(run, seconds + 0.7 + 2);
+  }
+  uint64_t start = run.start_tenants(specs);
+  auto results = run.wait_tenants(15.0);
+  for (const auto& note : tenant_errors(results)) add_note(out, note);
+  out["useful_per_s"] = figure(sum_useful_per_s(results), 4);
+  if (bench.sim()) {
+    SimLog log = run.sim_log();
+    if (!log.slices.empty()) out.update(device_gaps(log, steady_window(start, seconds)));
+  }
+  if (tracer) {
+    std::vector<double> handoffs = tracer->finish();
+    out["p50_us"] = figure(percentile(handoffs, 50), 1);
+    out["p99_us"] = figure(percentile(handoffs, 99), 1);
+    out["handoffs"] = handoffs.size();
+    if (!tracer->error().empty()) add_note(out, tracer->error());
+    if (handoffs.empty() && tracer->error().empty()) add_note(out, "quanta-trace saw no handoff (no release followed by another slot's launch)");
+  }
+  return out;
+}
+
+}  // namespace
+
+Json run_handoff(const Bench& bench) {
+  double seconds = bench.seconds(4.0, 1.5);
+  Json out = {{"scenario", "handoff"},
+              {"workload", {{"tenants", 2}, {"kernel_ms", 0.1}, {"depth", 1}, {"quantum", "1ms"}, {"seconds", seconds}}}};
+  out["native"] = guarded("native", [&] { return run_config(bench, "handoff-native", false, seconds); });
+  out["quanta"] = guarded("quanta", [&] { return run_config(bench, "handoff-quanta", true, seconds); });
+
+  std::optional<double> floor;
+  try {
+    auto wakes = measure_futex_wakes(bench.quick() ? 300 : 2000);
+    floor = percentile(wakes, 50);
+    out["futex_p99_us"] = figure(percentile(wakes, 99), 1);
+  } catch (const std::exception& error) {
+    add_note(out, error.what());
+  }
+  out["futex_p50_us"] = figure(floor, 1);
+  std::optional<double> p50;
+  if (out["quanta"]["p50_us"].is_number()) p50 = out["quanta"]["p50_us"].get<double>();
+  auto over = ratio(p50, floor);
+  out["p50_over_futex"] = figure(over, 2);
+  out["targets"] = {{"p50_vs_futex", target("quanta p50_us <= 2 x futex_p50_us", over, 2.0, true, 2)}};
+  return out;
+}
+
+}  // namespace quanta::bench

@@ -1,0 +1,158 @@
+// What every scenario shares: where the programs are, which GPU the run uses, how long
+// it lasts, and one configuration's run (its fresh simulated GPU, optional arbiter with a
+// temporary config, and tenants started together at one instant).
+#pragma once
+
+#include "process.h"
+#include "simlog.h"
+
+#include <nlohmann/json.hpp>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace quanta::bench {
+
+enum class GpuMode { sim, real };
+
+struct Paths {
+  std::string bin_dir;      // holds quanta-bench
+  std::string tenant;       // quanta-tenant
+  std::string arbiter;      // quanta-arbiter
+  std::string quantactl;
+  std::string trace;        // quanta-trace
+  std::string launch_loop;  // quanta-bench-launch-loop
+  std::string shim;         // libquanta.so
+  std::string sim_dir;      // simgpu's libcuda.so.1 and libnvidia-ml.so.1
+
+  static Paths around(const std::string& bench_executable);
+};
+
+struct BenchOptions {
+  GpuMode gpu = GpuMode::sim;
+  bool quick = false;
+  std::optional<double> seconds;  // overrides each scenario's measured duration
+};
+
+class Bench {
+ public:
+  Bench(Paths paths, BenchOptions options) : paths_(std::move(paths)), options_(options) {}
+  const Paths& paths() const { return paths_; }
+  GpuMode gpu() const { return options_.gpu; }
+  bool sim() const { return options_.gpu == GpuMode::sim; }
+  bool quick() const { return options_.quick; }
+  // The measured duration: --seconds if given, else `quick` under --quick, else `full`.
+  double seconds(double full, double quick) const;
+  // Missing pieces as one line ("quanta-arbiter not built (…/bin/quanta-arbiter)"), or "".
+  std::string missing_for_tenants() const;
+  std::string missing_for_quanta() const;
+
+ private:
+  Paths paths_;
+  BenchOptions options_;
+};
+
+// simgpu settings for one run (ignored on a real GPU).
+struct SimSettings {
+  int devices = 1;
+  std::string memory;                 // SIMGPU_MEMORY; "" = simgpu's default
+  std::optional<int> timeslice_us;    // SIMGPU_TIMESLICE_US
+  std::optional<int> switch_us;       // SIMGPU_SWITCH_US
+};
+
+struct PodPolicy {
+  std::string name;
+  std::optional<int> weight;
+  std::string priority;      // "" = default
+  std::string max_share;     // "" = default
+  std::string memory_limit;  // "" = default
+  std::string quantum;       // "" = default
+};
+
+struct ArbiterSettings {
+  std::string quantum;      // [scheduler] quantum; "" = default
+  std::string quantum_min;  // "" = default
+  std::string idle_release; // "" = default
+  std::vector<PodPolicy> pods;
+};
+
+struct TenantSpec {
+  std::vector<std::string> args;  // after the program name, e.g. {"batch", "--kernel-ms", "2"}
+  std::string pod;                // QUANTA_POD (quanta runs); also a label
+  int device = 0;
+};
+
+struct TenantResult {
+  TenantSpec spec;
+  pid_t pid = 0;
+  std::optional<nlohmann::json> report;  // its --json object
+  std::string error;                      // why there is no usable report
+};
+
+// One configuration of one scenario: a fresh simulated GPU (own SIMGPU_STATE and
+// execution log), an arbiter when `quanta`, tenants started together.
+class Run {
+ public:
+  Run(const Bench& bench, const std::string& name, bool quanta, SimSettings sim = {});
+  ~Run();
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
+  // Starts quanta-arbiter on a temporary config; returns "" or why it could not.
+  std::string start_arbiter(const ArbiterSettings& settings);
+  pid_t arbiter_pid() const { return arbiter_ ? arbiter_->pid() : 0; }
+  std::optional<double> arbiter_cpu_seconds() const;
+  const std::string& scope() const { return scope_; }
+  const std::string& admin_socket() const { return admin_socket_; }
+
+  // The environment children of this run get: the simulated GPU, and for quanta runs
+  // the shim preloaded with the run's socket and the pod's name.
+  Environment environment(const std::string& pod, bool preload_shim) const;
+
+  // Spawns every tenant with --json and one --start-at far enough ahead for all to be
+  // ready; returns the start instant on CLOCK_MONOTONIC.
+  uint64_t start_tenants(const std::vector<TenantSpec>& tenants);
+  // Waits for all (deadline: their duration plus slack) and parses their reports.
+  std::vector<TenantResult> wait_tenants(double slack_seconds);
+
+  // Spawns any program with this run's environment (no --start-at handling).
+  Process spawn(const std::vector<std::string>& argv, const std::string& pod, bool preload_shim,
+                const std::string& label);
+
+  SimLog sim_log() const;
+  const std::string& dir() const { return dir_.path(); }
+  const std::string& name() const { return name_; }
+  const Bench& bench() const { return bench_; }
+  bool quanta() const { return quanta_; }
+  // The last lines of the arbiter's stderr, for notes when something went wrong.
+  std::string arbiter_tail() const;
+
+ private:
+  const Bench& bench_;
+  std::string name_;
+  bool quanta_;
+  SimSettings sim_;
+  TempDir dir_;
+  std::string sim_state_;
+  std::string sim_log_path_;
+  std::string scope_;
+  std::string tenant_socket_;
+  std::string admin_socket_;
+  std::unique_ptr<Process> arbiter_;
+  std::vector<std::pair<TenantSpec, Process>> tenants_;
+  double longest_seconds_ = 0;
+  int spawned_ = 0;
+};
+
+// CLOCK_REALTIME minus CLOCK_MONOTONIC, now, in ns.
+int64_t realtime_minus_monotonic_ns();
+
+// A tenant's duration from its --seconds argument (0 when absent).
+double tenant_seconds(const TenantSpec& spec);
+
+// Notes for the tenants that failed: "tenant 2 (pod w4): exit 1: cuInit failed: …".
+std::vector<std::string> tenant_errors(const std::vector<TenantResult>& results);
+
+}  // namespace quanta::bench

@@ -1,0 +1,96 @@
+// `launch-cost`: what the shim adds per cuLaunchKernel on the fast path (the caller holds
+// the grant: a lone tenant, never switched) and per cuMemAlloc+cuMemFree pair (ledger
+// reserve and return). quanta-bench-launch-loop runs directly on the driver and with
+// libquanta.so preloaded under its own arbiter, alternately, and the medians are compared.
+#include "scenarios.h"
+#include "stats.h"
+
+namespace quanta::bench {
+
+namespace {
+
+struct LoopResult {
+  std::optional<double> launch_ns;
+  std::optional<double> alloc_free_ns;
+  std::string error;
+};
+
+LoopResult run_loop(const Bench& bench, bool quanta, int rounds) {
+  LoopResult result;
+  Run run(bench, quanta ? "launch-quanta" : "launch-direct", quanta);
+  if (quanta) {
+    ArbiterSettings arbiter;
+    arbiter.pods.push_back(PodPolicy{"launch", 1, "", "", "", ""});
+    result.error = run.start_arbiter(arbiter);
+    if (!result.error.empty()) return result;
+  }
+  Process loop = run.spawn({bench.paths().launch_loop, "--rounds", std::to_string(rounds), "--alloc-rounds",
+                            std::to_string(rounds / 2)},
+                           "launch", true, "loop");
+  ExitStatus status = loop.wait(std::chrono::seconds(60));
+  try {
+    auto report = nlohmann::json::parse(last_line(read_file(loop.stdout_path())));
+    result.launch_ns = number_field(report, {"launch_ns"});
+    result.alloc_free_ns = number_field(report, {"alloc_free_ns"});
+    if (report.contains("error")) result.error = report["error"].get<std::string>();
+  } catch (const std::exception&) {
+  }
+  if (!status.exited || status.code != 0) {
+    if (result.error.empty()) result.error = "quanta-bench-launch-loop: " + status.describe() + ": " + last_line(read_file(loop.stderr_path()));
+    result.launch_ns.reset();
+    result.alloc_free_ns.reset();
+  }
+  return result;
+}
+
+}  // namespace
+
+Json run_launch_cost(const Bench& bench) {
+  int repeats = bench.quick() ? 1 : 3;
+  int rounds = bench.quick() ? 30 : 300;
+  Json out = {{"scenario", "launch-cost"},
+              {"workload", {{"launches_per_run", rounds * 100}, {"alloc_free_pairs_per_run", rounds / 2 * 20},
+                            {"alloc_bytes", 1 << 20}, {"runs_each", repeats}, {"kernel", "empty spin kernel"}}}};
+  Json direct = {{"launch_ns", nullptr}, {"alloc_free_ns", nullptr}};
+  Json quanta = {{"launch_ns", nullptr}, {"alloc_free_ns", nullptr}};
+  std::string missing_direct = bench.missing_for_tenants();
+  if (!file_exists(bench.paths().launch_loop)) missing_direct = "quanta-bench-launch-loop is not built";
+  std::string missing_quanta = missing_direct.empty() ? bench.missing_for_quanta() : missing_direct;
+  std::vector<double> direct_launch, direct_alloc, quanta_launch, quanta_alloc;
+  for (int i = 0; i < repeats; ++i) {
+    if (missing_direct.empty()) {
+      LoopResult r = run_loop(bench, false, rounds);
+      if (r.launch_ns) direct_launch.push_back(*r.launch_ns);
+      if (r.alloc_free_ns) direct_alloc.push_back(*r.alloc_free_ns);
+      if (!r.error.empty() && i == 0) add_note(direct, r.error);
+    }
+    if (missing_quanta.empty()) {
+      LoopResult r = run_loop(bench, true, rounds);
+      if (r.launch_ns) quanta_launch.push_back(*r.launch_ns);
+      if (r.alloc_free_ns) quanta_alloc.push_back(*r.alloc_free_ns);
+      if (!r.error.empty() && i == 0) add_note(quanta, r.error);
+    }
+  }
+  add_note(direct, missing_direct);
+  add_note(quanta, missing_quanta);
+  auto dl = percentile(direct_launch, 50), da = percentile(direct_alloc, 50);
+  auto ql = percentile(quanta_launch, 50), qa = percentile(quanta_alloc, 50);
+  direct["launch_ns"] = figure(dl, 1);
+  direct["alloc_free_ns"] = figure(da, 1);
+  quanta["launch_ns"] = figure(ql, 1);
+  quanta["alloc_free_ns"] = figure(qa, 1);
+  if (!direct_launch.empty()) direct["launch_ns_runs"] = direct_launch;
+  if (!quanta_launch.empty()) quanta["launch_ns_runs"] = quanta_launch;
+  out["direct"] = direct;
+  out["quanta"] = quanta;
+  std::optional<double> added_launch, added_alloc;
+  if (dl && ql) added_launch = *ql - *dl;
+  if (da && qa) added_alloc = *qa - *da;
+  out["added_launch_ns"] = figure(added_launch, 1);
+  out["added_alloc_free_ns"] = figure(added_alloc, 1);
+  out["launch_ratio"] = figure(ratio(ql, dl), 3);
+  out["targets"] = {{"added_launch_ns", target("<= 25 ns added per launch on the fast path", added_launch, 25.0, true, 1)}};
+  return out;
+}
+
+}  // namespace quanta::bench
