@@ -1,0 +1,384 @@
+// The integration harness: processes, a private arbiter per test, and the independent
+// readers (simgpu execution log, /dev/shm regions) the tests judge by.
+#include "harness.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace quanta::integration {
+
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool socket_accepts(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", path.c_str());
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+int64_t realtime_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
+}
+
+void sleep_ms(double ms) {
+  timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(std::fmod(ms, 1000.0) * 1e6)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+
+TempDir::TempDir() {
+  char pattern[] = "/tmp/quanta-it-XXXXXX";
+  if (!mkdtemp(pattern)) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
+}
+
+// ---------------------------------------------------------------------------------------
+
+Child::Child(const std::vector<std::string>& argv, const Env& env, const std::string& out_path,
+             const std::string& err_path)
+    : out_path_(out_path), err_path_(err_path) {
+  std::vector<std::string> env_text;
+  for (const auto& [key, value] : env) env_text.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (auto& text : env_text) envp.push_back(text.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_text = argv;
+  std::vector<char*> args;
+  for (auto& text : argv_text) args.push_back(text.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    ADD_FAILURE() << "posix_spawn " << argv[0] << " failed: " << std::strerror(rc);
+    pid_ = -1;
+  }
+}
+
+Child::~Child() {
+  if (pid_ > 0 && !reaped_) {
+    kill(pid_, SIGKILL);
+    int status;
+    waitpid(pid_, &status, 0);
+  }
+}
+
+Child::Child(Child&& other) noexcept { *this = std::move(other); }
+
+Child& Child::operator=(Child&& other) noexcept {
+  if (this != &other) {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      int status;
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = other.pid_;
+    exit_code_ = other.exit_code_;
+    reaped_ = other.reaped_;
+    out_path_ = std::move(other.out_path_);
+    err_path_ = std::move(other.err_path_);
+    other.pid_ = -1;
+    other.reaped_ = true;
+  }
+  return *this;
+}
+
+bool Child::running() {
+  if (pid_ <= 0 || reaped_) return false;
+  int status;
+  const pid_t done = waitpid(pid_, &status, WNOHANG);
+  if (done == pid_) {
+    reaped_ = true;
+    exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return false;
+  }
+  return true;
+}
+
+void Child::signal(int sig) {
+  if (pid_ > 0 && !reaped_) kill(pid_, sig);
+}
+
+int Child::wait(double timeout_s) {
+  if (pid_ <= 0) return -1;
+  if (reaped_) return exit_code_;
+  const uint64_t deadline = monotonic_ns() + static_cast<uint64_t>(timeout_s * 1e9);
+  while (running()) {
+    if (monotonic_ns() > deadline) return -1;
+    sleep_ms(2);
+  }
+  return exit_code_;
+}
+
+std::string Child::out() const { return read_file(out_path_); }
+std::string Child::err() const { return read_file(err_path_); }
+
+nlohmann::json Child::json() const { return nlohmann::json::parse(out(), nullptr, false); }
+
+// ---------------------------------------------------------------------------------------
+
+World::World(const std::string& test_name, ArbiterConfig config) : name_(test_name), config_(std::move(config)) {
+  static int worlds = 0;
+  const std::string tag = std::to_string(getpid()) + "_" + std::to_string(worlds++);
+  scope_ = "qi" + tag;
+  sim_state_ = "quanta-it-" + tag;
+  sim_log_ = dir_.file("simgpu.log");
+  tenant_socket_ = dir_.file("tenant.sock");
+  admin_socket_ = dir_.file("admin.sock");
+  config_path_ = dir_.file("quanta.toml");
+  mkdir(dir_.file("state").c_str(), 0700);
+  std::ofstream toml(config_path_);
+  toml << "[node]\n"
+       << "scope = \"" << scope_ << "\"\n"
+       << "tenant_socket = \"" << tenant_socket_ << "\"\n"
+       << "admin_socket = \"" << admin_socket_ << "\"\n"
+       << "state_dir = \"" << dir_.file("state") << "\"\n"
+       << "allow_unregistered = " << (config_.allow_unregistered ? "true" : "false") << "\n"
+       << "[scheduler]\n"
+       << "quantum = \"" << config_.quantum << "\"\n"
+       << "revoke_timeout = \"" << config_.revoke_timeout << "\"\n"
+       << "lease = \"" << config_.lease << "\"\n"
+       << "idle_release = \"" << config_.idle_release << "\"\n";
+  for (const PodConfig& pod : config_.pods) {
+    toml << "[pod.\"" << pod.name << "\"]\n" << "weight = " << pod.weight << "\n";
+    if (!pod.memory_limit.empty()) toml << "memory_limit = \"" << pod.memory_limit << "\"\n";
+  }
+}
+
+World::~World() {
+  if (arbiter_.running()) {
+    arbiter_.signal(SIGTERM);
+    if (arbiter_.wait(5) < 0) arbiter_.signal(SIGKILL);
+  }
+  arbiter_ = Child();
+  shm_unlink(("/" + sim_state_).c_str());
+  // Regions of a killed arbiter stay behind; this scope is ours alone.
+  if (DIR* shm = opendir("/dev/shm")) {
+    const std::string prefix = scope_ + ".";
+    while (dirent* entry = readdir(shm)) {
+      if (std::strncmp(entry->d_name, prefix.c_str(), prefix.size()) == 0) shm_unlink(("/" + std::string(entry->d_name)).c_str());
+    }
+    closedir(shm);
+  }
+}
+
+Env World::tenant_env(const std::string& pod, bool preload) const {
+  Env env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    std::string text = *entry;
+    const auto equals = text.find('=');
+    if (equals != std::string::npos) env[text.substr(0, equals)] = text.substr(equals + 1);
+  }
+  for (auto it = env.begin(); it != env.end();) {
+    it = it->first.rfind("QUANTA_", 0) == 0 || it->first.rfind("SIMGPU_", 0) == 0 ? env.erase(it) : std::next(it);
+  }
+  env["LD_LIBRARY_PATH"] = QUANTA_SIMGPU_DIR;
+  env["SIMGPU_STATE"] = sim_state_;
+  env["SIMGPU_LOG"] = sim_log_;
+  env["QUANTA_SOCKET"] = tenant_socket_;
+  if (!pod.empty()) env["QUANTA_POD"] = pod;
+  env.erase("LD_PRELOAD");
+  if (preload) {
+    env["LD_PRELOAD"] = QUANTA_SHIM_LIBRARY;
+    // A sanitizer build instruments the tenant; the shim is built without sanitizers and
+    // comes first in the library list, which ASan would otherwise refuse.
+    env["ASAN_OPTIONS"] = "verify_asan_link_order=0:detect_leaks=0";
+  }
+  return env;
+}
+
+Child World::spawn(const std::vector<std::string>& argv, const Env& env) {
+  const int n = spawned_++;
+  return Child(argv, env, dir_.file("out." + std::to_string(n)), dir_.file("err." + std::to_string(n)));
+}
+
+Child World::spawn_tenant(const std::vector<std::string>& args, const std::string& pod, bool preload, Env extra) {
+  std::vector<std::string> argv = {QUANTA_TENANT_BINARY, "--json"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Env env = tenant_env(pod, preload);
+  for (auto& [key, value] : extra) env[key] = value;
+  return spawn(argv, env);
+}
+
+void World::start_arbiter() {
+  unlink(tenant_socket_.c_str());
+  Env env = tenant_env("", false);
+  env["QUANTA_LOG_LEVEL"] = "info";
+  const int run = arbiter_runs_++;
+  arbiter_ = Child({QUANTA_ARBITER_BINARY, "--config", config_path_}, env, dir_.file("arbiter.out." + std::to_string(run)),
+                   dir_.file("arbiter.log." + std::to_string(run)));
+  const bool up = eventually(10.0, [&] {
+    if (!arbiter_.running()) return true;
+    struct stat st {};
+    return stat(tenant_socket_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && socket_accepts(tenant_socket_);
+  });
+  ASSERT_TRUE(up && arbiter_.running()) << "quanta-arbiter did not come up; its log:\n" << arbiter_log();
+}
+
+void World::kill_arbiter(int sig) {
+  arbiter_.signal(sig);
+  arbiter_.wait(10);
+}
+
+std::string World::arbiter_log() const {
+  std::string text;
+  for (int run = 0; run < arbiter_runs_; ++run) text += read_file(dir_.file("arbiter.log." + std::to_string(run)));
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------
+
+std::vector<Slice> read_sim_log(const std::string& path) {
+  std::vector<Slice> slices;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string kind;
+    Slice slice;
+    unsigned long long context = 0, start = 0, end = 0;
+    long pid = 0;
+    if (!(fields >> kind) || kind != "slice") continue;
+    if (!(fields >> slice.device >> context >> pid >> start >> end)) continue;
+    slice.context = context;
+    slice.pid = static_cast<pid_t>(pid);
+    slice.start_ns = start;
+    slice.end_ns = end;
+    slices.push_back(slice);
+  }
+  std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.start_ns < b.start_ns; });
+  return slices;
+}
+
+std::vector<Hold> holds_of(const std::vector<Slice>& slices) {
+  std::vector<Hold> holds;
+  for (const Slice& slice : slices) {
+    if (slice.device != 0) continue;
+    if (!holds.empty() && holds.back().pid == slice.pid) {
+      holds.back().end_ns = std::max(holds.back().end_ns, slice.end_ns);
+    } else {
+      holds.push_back(Hold{slice.pid, slice.start_ns, slice.end_ns});
+    }
+  }
+  return holds;
+}
+
+std::map<pid_t, uint64_t> busy_by_pid(const std::vector<Slice>& slices, uint64_t from, uint64_t to) {
+  std::map<pid_t, uint64_t> busy;
+  for (const Slice& slice : slices) {
+    const uint64_t start = std::max(slice.start_ns, from);
+    const uint64_t end = std::min(slice.end_ns, to);
+    if (end > start) busy[slice.pid] += end - start;
+  }
+  return busy;
+}
+
+// ---------------------------------------------------------------------------------------
+
+namespace {
+
+template <typename T>
+const T* map_shm(const std::string& name) {
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return nullptr;
+  struct stat st {};
+  const T* region = nullptr;
+  if (fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) >= sizeof(T)) {
+    void* address = mmap(nullptr, sizeof(T), PROT_READ, MAP_SHARED, fd, 0);
+    if (address != MAP_FAILED) region = static_cast<const T*>(address);
+  }
+  close(fd);
+  return region;
+}
+
+}  // namespace
+
+ControlView::ControlView(const std::string& scope, uint32_t gpu_index)
+    : region_(map_shm<common::ControlRegion>("/" + scope + ".gpu." + std::to_string(gpu_index))) {}
+
+ControlView::~ControlView() {
+  if (region_) munmap(const_cast<common::ControlRegion*>(region_), sizeof(common::ControlRegion));
+}
+
+uint32_t ControlView::slot_of(pid_t pid) const {
+  if (!region_) return common::kNoSlot;
+  for (uint32_t slot = 0; slot < common::kMaxSlotsPerGpu; ++slot) {
+    if (region_->slots[slot].pid.load() == static_cast<uint32_t>(pid)) return slot;
+  }
+  return common::kNoSlot;
+}
+
+PodView::PodView(const std::string& scope, uint32_t pod_index)
+    : region_(map_shm<common::PodRegion>("/" + scope + ".pod." + std::to_string(pod_index))) {}
+
+PodView::~PodView() {
+  if (region_) munmap(const_cast<common::PodRegion*>(region_), sizeof(common::PodRegion));
+}
+
+int find_pod_region(const std::string& scope, const std::string& pod_key) {
+  for (uint32_t index = 0; index < 256; ++index) {
+    PodView view(scope, index);
+    if (!view.ok()) continue;
+    const std::string key(view->header.pod_key, strnlen(view->header.pod_key, sizeof view->header.pod_key));
+    if (key == pod_key || (key.size() > pod_key.size() && key.compare(key.size() - pod_key.size(), pod_key.size(), pod_key) == 0 &&
+                           (key[key.size() - pod_key.size() - 1] == '/' || key[key.size() - pod_key.size() - 1] == ':')))
+      return static_cast<int>(index);
+  }
+  return -1;
+}
+
+}  // namespace quanta::integration

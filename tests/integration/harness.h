@@ -1,0 +1,180 @@
+// The integration harness: one private quanta-arbiter per test (temp config, unique scope,
+// sockets in a temp dir), tenants spawned with or without libquanta.so preloaded on a
+// private simgpu world, and readers for what proves the promises independently of the code
+// under test: the simgpu execution log and the shared regions under /dev/shm.
+#pragma once
+
+#include <sys/types.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/shm_layout.h"
+
+namespace quanta::integration {
+
+using Env = std::map<std::string, std::string>;
+
+uint64_t monotonic_ns();
+int64_t realtime_ns();
+
+// A directory under /tmp removed (recursively) at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A spawned process whose stdout and stderr go to files.
+class Child {
+ public:
+  Child() = default;
+  Child(const std::vector<std::string>& argv, const Env& env, const std::string& out_path, const std::string& err_path);
+  ~Child();
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+
+  pid_t pid() const { return pid_; }
+  bool running();
+  void signal(int sig);
+  // Waits until exit; returns the exit code (128 + signal when killed), -1 on timeout.
+  int wait(double timeout_s);
+  int exit_code() const { return exit_code_; }
+  std::string out() const;
+  std::string err() const;
+  nlohmann::json json() const;  // stdout as one JSON value (discarded when it is not)
+
+ private:
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  bool reaped_ = false;
+  std::string out_path_;
+  std::string err_path_;
+};
+
+struct PodConfig {
+  std::string name;
+  int weight = 1;
+  std::string memory_limit;  // "" = none
+};
+
+struct ArbiterConfig {
+  bool allow_unregistered = true;
+  std::string quantum = "20ms";
+  std::string revoke_timeout = "500ms";
+  std::string lease = "400ms";
+  std::string idle_release = "10ms";
+  std::vector<PodConfig> pods;
+};
+
+// One simgpu world and one arbiter managing it. Tenants spawned through it share both.
+class World {
+ public:
+  explicit World(const std::string& test_name, ArbiterConfig config = {});
+  ~World();
+
+  // Starts (or restarts) the arbiter and waits until its tenant socket accepts connections.
+  void start_arbiter();
+  void kill_arbiter(int sig);  // sends sig and reaps it
+  Child& arbiter() { return arbiter_; }
+  std::string arbiter_log() const;
+
+  const std::string& tenant_socket() const { return tenant_socket_; }
+  const std::string& scope() const { return scope_; }
+  const std::string& sim_log_path() const { return sim_log_; }
+
+  // Environment of a process on this world's simgpu, optionally with the shim preloaded.
+  Env tenant_env(const std::string& pod, bool preload) const;
+  // quanta-tenant --json ARGS...
+  Child spawn_tenant(const std::vector<std::string>& args, const std::string& pod, bool preload, Env extra = {});
+  Child spawn(const std::vector<std::string>& argv, const Env& env);
+
+ private:
+  std::string name_;
+  ArbiterConfig config_;
+  TempDir dir_;
+  std::string scope_;
+  std::string sim_state_;
+  std::string sim_log_;
+  std::string tenant_socket_;
+  std::string admin_socket_;
+  std::string config_path_;
+  Child arbiter_;
+  int arbiter_runs_ = 0;
+  int spawned_ = 0;
+};
+
+// One line of simgpu's execution log: a slice of device time given to one context.
+struct Slice {
+  int device = 0;
+  uint64_t context = 0;
+  pid_t pid = 0;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+};
+std::vector<Slice> read_sim_log(const std::string& path);
+
+// Consecutive slices of one pid on device 0 merged: who had the engine, from when to when.
+struct Hold {
+  pid_t pid = 0;
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+};
+std::vector<Hold> holds_of(const std::vector<Slice>& slices);
+
+// Device busy time per pid within [from, to).
+std::map<pid_t, uint64_t> busy_by_pid(const std::vector<Slice>& slices, uint64_t from, uint64_t to);
+
+// Read-only views of the arbiter's regions, opened by name from /dev/shm.
+class ControlView {
+ public:
+  ControlView(const std::string& scope, uint32_t gpu_index);
+  ~ControlView();
+  bool ok() const { return region_ != nullptr; }
+  const common::ControlRegion* operator->() const { return region_; }
+  // The slot this pid was admitted to, or kNoSlot.
+  uint32_t slot_of(pid_t pid) const;
+
+ private:
+  const common::ControlRegion* region_ = nullptr;
+};
+
+class PodView {
+ public:
+  PodView(const std::string& scope, uint32_t pod_index);
+  ~PodView();
+  bool ok() const { return region_ != nullptr; }
+  const common::PodRegion* operator->() const { return region_; }
+
+ private:
+  const common::PodRegion* region_ = nullptr;
+};
+
+// Finds the pod region whose key is `pod_key` (scans /<scope>.pod.<i>); -1 when none.
+int find_pod_region(const std::string& scope, const std::string& pod_key);
+
+void sleep_ms(double ms);
+
+// Polls `predicate` every millisecond until it holds or `timeout_s` passes.
+template <typename Predicate>
+bool eventually(double timeout_s, Predicate predicate) {
+  const uint64_t deadline = monotonic_ns() + static_cast<uint64_t>(timeout_s * 1e9);
+  while (!predicate()) {
+    if (monotonic_ns() > deadline) return false;
+    sleep_ms(1);
+  }
+  return true;
+}
+
+}  // namespace quanta::integration
