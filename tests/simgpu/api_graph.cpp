@@ -1,0 +1,169 @@
+// Driver entry points for capture-free graphs: kernel, memory-allocation and free nodes,
+// instantiation and launch. A launched graph is queued as its kernels' total duration.
+#include <memory>
+#include <vector>
+
+#include "launch.h"
+#include "runtime.h"
+
+using namespace quanta::simgpu;
+
+enum class GraphNodeType : uint8_t { Kernel, MemAlloc, MemFree, Empty };
+
+struct CUgraphNode_st {
+  GraphNodeType type = GraphNodeType::Empty;
+  uint64_t duration_ns = 0;
+  CUdeviceptr dptr = 0;
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
+};
+
+struct CUgraphExec_st {
+  uint64_t duration_ns = 0;
+};
+
+namespace {
+
+CUresult add_node(CUgraphNode* phGraphNode, CUgraph hGraph, std::unique_ptr<CUgraphNode_st> node) {
+  if (phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
+  *phGraphNode = node.get();
+  add_handle(node.get(), HandleKind::GraphNode);
+  hGraph->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+CUresult add_kernel_node(CUgraphNode* phGraphNode, CUgraph hGraph, CUfunction func, void** kernelParams, void** extra) {
+  SIMGPU_REQUIRE_INIT();
+  CUfunc_st* fn = resolve_function(func);
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->type = GraphNodeType::Kernel;
+  // Parameters are captured by value at node creation, as the driver does.
+  node->duration_ns = kernel_duration_ns(fn, kernelParams, extra);
+  return add_node(phGraphNode, hGraph, std::move(node));
+}
+
+CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
+  SIMGPU_REQUIRE_INIT();
+  if (phGraphExec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
+  auto* exec = new CUgraphExec_st();
+  for (const auto& n : hGraph->nodes) {
+    if (n->type == GraphNodeType::Kernel) exec->duration_ns += n->duration_ns;
+  }
+  add_handle(exec, HandleKind::GraphExec);
+  *phGraphExec = exec;
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_launch(CUgraphExec exec, CUstream h) {
+  SIMGPU_REQUIRE_INIT();
+  if (!has_handle(exec, HandleKind::GraphExec)) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* ctx = nullptr;
+  CUstream_st* s = nullptr;
+  if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  enqueue_work(ctx, s, exec->duration_ns);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
+  SIMGPU_REQUIRE_INIT();
+  if (phGraph == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  auto* g = new CUgraph_st();
+  add_handle(g, HandleKind::Graph);
+  *phGraph = g;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hGraph) {
+  SIMGPU_REQUIRE_INIT();
+  if (!has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& n : hGraph->nodes) remove_handle(n.get());
+  remove_handle(hGraph);
+  delete hGraph;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
+                                 const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams, nodeParams->extra);
+}
+CUresult cuGraphAddKernelNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
+                              const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams, nodeParams->extra);
+}
+
+CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t) {
+  SIMGPU_REQUIRE_INIT();
+  return add_node(phGraphNode, hGraph, std::make_unique<CUgraphNode_st>());
+}
+
+// The allocation is made (and charged) when the node is added and lives until it is
+// freed with cuMemFree (a free node does nothing); the driver instead
+// charges it per launch. Only the address and the capacity are observable here.
+CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
+                                CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+  SIMGPU_REQUIRE_CONTEXT(ctx);
+  if (nodeParams == nullptr || !has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
+  CUdeviceptr p = 0;
+  if (CUresult r = allocate_device_memory(ctx, nodeParams->bytesize, AllocKind::Pool, &p); r != CUDA_SUCCESS) return r;
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->type = GraphNodeType::MemAlloc;
+  node->dptr = p;
+  nodeParams->dptr = p;
+  return add_node(phGraphNode, hGraph, std::move(node));
+}
+
+CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t, CUdeviceptr dptr) {
+  SIMGPU_REQUIRE_INIT();
+  auto node = std::make_unique<CUgraphNode_st>();
+  node->type = GraphNodeType::MemFree;
+  node->dptr = dptr;
+  return add_node(phGraphNode, hGraph, std::move(node));
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long) {
+  return instantiate(phGraphExec, hGraph);
+}
+CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode*, char*, size_t) {
+  return instantiate(phGraphExec, hGraph);
+}
+CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode*, char*, size_t) {
+  return instantiate(phGraphExec, hGraph);
+}
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  CUresult r = instantiate(phGraphExec, hGraph);
+  if (params != nullptr) params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+  return cuGraphInstantiateWithParams(phGraphExec, hGraph, params);
+}
+
+CUresult cuGraphUpload(CUgraphExec exec, CUstream) {
+  SIMGPU_REQUIRE_INIT();
+  return has_handle(exec, HandleKind::GraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) { return cuGraphUpload(exec, s); }
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) { return graph_launch(hGraphExec, hStream); }
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return graph_launch(hGraphExec, hStream); }
+
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  SIMGPU_REQUIRE_INIT();
+  if (!has_handle(hGraphExec, HandleKind::GraphExec)) return CUDA_ERROR_INVALID_VALUE;
+  remove_handle(hGraphExec);
+  delete hGraphExec;
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,45 @@
+// Device configuration read once from the SIMGPU_* environment: device count, memory,
+// names, UUIDs, MIG splits, engine timing, execution log and the shared-state name.
+// Parsing is pure (no globals) so tests can feed it values directly.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace quanta::simgpu {
+
+// One CUdevice as the tenant sees it: a whole GPU or one MIG-like instance of one.
+struct DeviceSpec {
+  std::string name;
+  std::string uuid_text;  // "GPU-8-4-4-4-12" or "MIG-8-4-4-4-12"
+  uint8_t uuid[16] = {};
+  uint64_t memory_bytes = 0;
+  int physical_index = 0;
+  int mig_instance = -1;  // -1: a whole GPU
+};
+
+struct Config {
+  std::vector<DeviceSpec> devices;
+  uint64_t timeslice_ns = 1'000'000;
+  uint64_t switch_ns = 50'000;
+  std::string log_path;    // empty: no execution log
+  std::string state_name;  // shm_open name without the leading '/'
+};
+
+// Looks a variable up; returns nullptr when unset. Tests inject their own.
+using EnvLookup = const char* (*)(const char* name);
+
+// Parses every SIMGPU_* variable. On a bad value, returns false and sets `error` to one
+// line naming the variable, the value and what is allowed.
+bool parse_config(EnvLookup env, Config& out, std::string& error);
+
+// "80Gi", "512M", "1048576" -> bytes. Returns false on anything else.
+bool parse_byte_size(const std::string& text, uint64_t& bytes);
+
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" -> 16 bytes. Returns false on a bad form.
+bool parse_uuid(const std::string& text, const char* prefix, uint8_t out[16]);
+std::string format_uuid(const char* prefix, const uint8_t uuid[16]);
+
+}  // namespace quanta::simgpu

@@ -1,0 +1,222 @@
+// Process-local driver state and the helpers every API file shares: initialisation from
+// the environment, handle registries, context creation, stream resolution, work
+// submission and the allocation table.
+#include "runtime.h"
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace quanta::simgpu {
+namespace {
+
+Runtime* g_runtime = nullptr;
+
+void forget_after_fork() {
+  // A forked child owns none of its parent's contexts or device memory: it starts over
+  // and must call cuInit again, as with the real driver.
+  g_runtime = new Runtime();
+  context_stack().clear();
+}
+
+// At normal exit the process's contexts and memory leave the device at once, instead of
+// waiting for a liveness check to notice the process is gone.
+__attribute__((destructor)) void detach_at_exit() {
+  if (g_runtime == nullptr || !g_runtime->initialized || g_runtime->pid != getpid()) return;
+  for (int d = 0; d < g_runtime->device_count; ++d) forget_process(g_runtime->state->devices[d], g_runtime->pid);
+}
+
+}  // namespace
+
+Runtime& runtime() {
+  static Runtime* instance = [] {
+    g_runtime = new Runtime();  // never destroyed: other libraries' destructors may call in
+    pthread_atfork(nullptr, nullptr, forget_after_fork);
+    return g_runtime;
+  }();
+  (void)instance;
+  return *g_runtime;
+}
+
+bool is_initialized() { return runtime().initialized; }
+
+CUresult initialize(unsigned flags) {
+  Runtime& rt = runtime();
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::call_once(rt.init_once, [&rt] {
+    std::string error;
+    Config cfg;
+    if (!parse_config([](const char* n) -> const char* { return std::getenv(n); }, cfg, error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      rt.init_result = CUDA_ERROR_INVALID_VALUE;
+      return;
+    }
+    SharedState* state = attach_shared_state(cfg, error);
+    if (state == nullptr) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      rt.init_result = CUDA_ERROR_OPERATING_SYSTEM;
+      return;
+    }
+    rt.cfg = std::move(cfg);
+    rt.state = state;
+    rt.device_count = static_cast<int>(state->device_count);
+    rt.pid = getpid();
+    rt.init_result = CUDA_SUCCESS;
+    rt.initialized = true;
+  });
+  return rt.init_result;
+}
+
+DeviceEngine engine_for(int device) { return DeviceEngine(runtime().state, device); }
+
+void add_handle(const void* h, HandleKind kind) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  rt.handles[h] = kind;
+}
+
+void remove_handle(const void* h) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  rt.handles.erase(h);
+}
+
+bool has_handle(const void* h, HandleKind kind) {
+  if (h == nullptr) return false;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  auto it = rt.handles.find(h);
+  return it != rt.handles.end() && it->second == kind;
+}
+
+std::vector<CUctx_st*>& context_stack() {
+  thread_local std::vector<CUctx_st*> stack;
+  return stack;
+}
+
+CUctx_st* current_context() {
+  auto& stack = context_stack();
+  if (stack.empty()) return nullptr;
+  CUctx_st* ctx = stack.back();
+  return has_handle(ctx, HandleKind::Context) ? ctx : nullptr;
+}
+
+CUresult create_context(int device, unsigned flags, bool primary, CUctx_st** out) {
+  Runtime& rt = runtime();
+  if (device < 0 || device >= rt.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  auto ctx = std::make_unique<CUctx_st>();
+  ctx->device = device;
+  ctx->flags = flags;
+  ctx->primary = primary;
+  if (!engine_for(device).register_context(rt.pid, ctx->slot, ctx->generation, ctx->context_id))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  *out = ctx.release();
+  add_handle(*out, HandleKind::Context);
+  return CUDA_SUCCESS;
+}
+
+void destroy_context(CUctx_st* ctx) {
+  Runtime& rt = runtime();
+  std::vector<CUdeviceptr> owned;
+  {
+    std::lock_guard lock(rt.mu);
+    for (auto& [ptr, a] : rt.allocations) {
+      if (a.ctx == ctx && a.kind != AllocKind::Host && a.kind != AllocKind::Vmm) owned.push_back(ptr);
+    }
+  }
+  for (CUdeviceptr p : owned) free_device_memory(p);
+  engine_for(ctx->device).unregister_context(ctx->slot, ctx->generation);
+  remove_handle(ctx);
+  for (auto& c : context_stack()) {
+    if (c == ctx) c = nullptr;
+  }
+  std::erase(context_stack(), nullptr);
+  {
+    std::lock_guard lock(rt.mu);
+    if (rt.primary[ctx->device] == ctx) rt.primary[ctx->device] = nullptr;
+  }
+  delete ctx;
+}
+
+CUresult resolve_stream(CUstream h, CUctx_st*& ctx, CUstream_st*& stream) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) {
+    ctx = current_context();
+    stream = nullptr;
+    return ctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+  }
+  if (!has_handle(h, HandleKind::Stream)) return CUDA_ERROR_INVALID_HANDLE;
+  stream = h;
+  ctx = h->ctx;
+  return CUDA_SUCCESS;
+}
+
+Ticket enqueue_work(CUctx_st* ctx, CUstream_st* stream, uint64_t duration_ns) {
+  Ticket t = engine_for(ctx->device).submit(ctx->slot, ctx->generation, duration_ns);
+  if (stream != nullptr) stream->last = t;
+  return t;
+}
+
+Ticket stream_tail(CUctx_st* ctx, CUstream_st* stream) {
+  // Work of one context runs serially in submission order, so a stream's last item
+  // completing means everything before it has too; the null stream waits for all.
+  if (stream != nullptr) return stream->last;
+  return engine_for(ctx->device).tail(ctx->slot, ctx->generation);
+}
+
+uint64_t transfer_duration_ns(uint64_t bytes) {
+  const uint64_t ns = bytes / 500;  // 500 GB/s = 500 bytes per ns
+  return ns < 2000 ? 2000 : ns;
+}
+
+CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUdeviceptr* out) {
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  const int device = kind == AllocKind::Host ? -1 : ctx->device;
+  if (device >= 0 && !reserve_device_memory(rt.state->devices[device], rt.pid, bytes))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  // Real process-local memory, backed only when touched, so copies round-trip data.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    if (device >= 0) release_device_memory(rt.state->devices[device], rt.pid, bytes);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  {
+    std::lock_guard lock(rt.mu);
+    rt.allocations[reinterpret_cast<uintptr_t>(p)] = Allocation{bytes, device, ctx, kind, true};
+  }
+  *out = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult free_device_memory(CUdeviceptr ptr) {
+  Runtime& rt = runtime();
+  Allocation a;
+  {
+    std::lock_guard lock(rt.mu);
+    auto it = rt.allocations.find(static_cast<uintptr_t>(ptr));
+    if (it == rt.allocations.end() || it->second.kind == AllocKind::Vmm) return CUDA_ERROR_INVALID_VALUE;
+    a = it->second;
+    rt.allocations.erase(it);
+  }
+  if (a.owns_mapping) munmap(reinterpret_cast<void*>(ptr), a.size);
+  if (a.device >= 0) release_device_memory(rt.state->devices[a.device], rt.pid, a.size);
+  return CUDA_SUCCESS;
+}
+
+bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out, uintptr_t* base) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  auto it = rt.allocations.upper_bound(ptr);
+  if (it == rt.allocations.begin()) return false;
+  --it;
+  if (ptr < it->first || ptr + bytes > it->first + it->second.size) return false;
+  if (out) *out = it->second;
+  if (base) *base = it->first;
+  return true;
+}
+
+}  // namespace quanta::simgpu

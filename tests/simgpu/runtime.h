@@ -1,0 +1,146 @@
+// Process-local driver state: initialisation, handle registries, contexts and the
+// per-thread context stack, and the allocation table. Everything shared between
+// processes lives in SharedState; this file holds what only this process can see.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "config.h"
+#include "cuda_api.h"
+#include "engine.h"
+#include "shared_state.h"
+
+namespace quanta::simgpu {
+
+enum class HandleKind : uint8_t { Context, Stream, Event, Module, Function, Library, Kernel, Graph, GraphExec, GraphNode, Pool, Array, MipmappedArray, MemHandle };
+
+}  // namespace quanta::simgpu
+
+struct CUctx_st {
+  int device = 0;
+  int slot = -1;
+  uint64_t generation = 0;
+  uint64_t context_id = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  int primary_refs = 0;
+};
+
+struct CUstream_st {
+  CUctx_st* ctx = nullptr;
+  quanta::simgpu::Ticket last;
+  unsigned flags = 0;
+  int priority = 0;
+};
+
+struct CUevent_st {
+  CUctx_st* ctx = nullptr;
+  unsigned flags = 0;
+  bool recorded = false;
+  quanta::simgpu::Ticket ticket;
+  bool time_known = false;
+  uint64_t time_ns = 0;
+};
+
+struct CUfunc_st {
+  std::string name;
+  bool spin = false;
+  CUmod_st* module = nullptr;
+};
+
+struct CUmod_st {
+  CUctx_st* ctx = nullptr;
+  std::map<std::string, std::unique_ptr<CUfunc_st>> functions;
+  std::map<std::string, std::pair<CUdeviceptr, size_t>> globals;
+};
+
+struct CUkern_st {
+  CUfunc_st* function = nullptr;
+  CUlib_st* library = nullptr;
+};
+
+struct CUlib_st {
+  std::unique_ptr<CUmod_st> module;
+  std::map<std::string, std::unique_ptr<CUkern_st>> kernels;
+};
+
+namespace quanta::simgpu {
+
+enum class AllocKind : uint8_t { Device, Pitch, Managed, Host, Pool, Vmm, Array, Global };
+
+struct Allocation {
+  size_t size = 0;
+  int device = -1;        // -1: host memory, not charged to a device
+  CUctx_st* ctx = nullptr;
+  AllocKind kind = AllocKind::Device;
+  bool owns_mapping = true;  // false for VMM ranges (the reservation owns the VA)
+};
+
+struct Runtime {
+  std::once_flag init_once;
+  CUresult init_result = CUDA_ERROR_NOT_INITIALIZED;
+  bool initialized = false;
+  Config cfg;
+  SharedState* state = nullptr;
+  int device_count = 0;
+  int32_t pid = 0;
+
+  std::recursive_mutex mu;  // guards everything below
+  std::unordered_map<const void*, HandleKind> handles;
+  CUctx_st* primary[kMaxDevices] = {};
+  std::map<uintptr_t, Allocation> allocations;
+};
+
+Runtime& runtime();
+// Runs cuInit's work once; returns its result.
+CUresult initialize(unsigned flags);
+bool is_initialized();
+
+DeviceEngine engine_for(int device);
+
+void add_handle(const void* h, HandleKind kind);
+void remove_handle(const void* h);
+bool has_handle(const void* h, HandleKind kind);
+
+// Context stack of the calling thread.
+std::vector<CUctx_st*>& context_stack();
+CUctx_st* current_context();
+
+// Creates, registers and returns a context on `device` (shared registry slot included).
+CUresult create_context(int device, unsigned flags, bool primary, CUctx_st** out);
+void destroy_context(CUctx_st* ctx);
+
+// The context and stream object a stream handle designates; legacy and per-thread
+// default streams map to the current context's null stream (stream == nullptr).
+CUresult resolve_stream(CUstream h, CUctx_st*& ctx, CUstream_st*& stream);
+// Queues device work of `duration_ns` and records it as the stream's last item.
+Ticket enqueue_work(CUctx_st* ctx, CUstream_st* stream, uint64_t duration_ns);
+// The ticket a stream synchronisation waits for.
+Ticket stream_tail(CUctx_st* ctx, CUstream_st* stream);
+
+// Device time for copying or setting `bytes`: ~500 GB/s, at least 2 us.
+uint64_t transfer_duration_ns(uint64_t bytes);
+
+// Allocation helpers shared by every allocation family.
+CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUdeviceptr* out);
+CUresult free_device_memory(CUdeviceptr ptr);
+// Finds the allocation containing [ptr, ptr+bytes) and copies it out; false if none.
+bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out = nullptr, uintptr_t* base = nullptr);
+
+}  // namespace quanta::simgpu
+
+#define SIMGPU_REQUIRE_INIT()                                              \
+  do {                                                                     \
+    if (!::quanta::simgpu::is_initialized()) return CUDA_ERROR_NOT_INITIALIZED; \
+  } while (0)
+
+#define SIMGPU_REQUIRE_CONTEXT(ctx)                                        \
+  SIMGPU_REQUIRE_INIT();                                                   \
+  CUctx_st* ctx = ::quanta::simgpu::current_context();                     \
+  if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT

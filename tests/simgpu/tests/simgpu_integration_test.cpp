@@ -1,0 +1,367 @@
+// simgpu's multi-process tests: global memory capacity across processes and its
+// recovery from a killed process, native time slicing between two closed-loop processes
+// judged from the execution log, MIG instances as independent engines, and NVML agreeing
+// with what the CUDA side did.
+#include <cuda.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "../../../common/nvml_api.h"
+#include "child_process.h"
+#include "spin.h"
+
+using namespace quanta::simgpu::test;
+
+namespace {
+
+// A one-way signal between processes: the writer closes (or writes), the reader sees it.
+struct Pipe {
+  int fd[2] = {-1, -1};
+  Pipe() {
+    if (pipe(fd) != 0) std::abort();
+  }
+  ~Pipe() {
+    close_read();
+    close_write();
+  }
+  void close_read() {
+    if (fd[0] >= 0) close(fd[0]);
+    fd[0] = -1;
+  }
+  void close_write() {
+    if (fd[1] >= 0) close(fd[1]);
+    fd[1] = -1;
+  }
+  void signal() { [[maybe_unused]] ssize_t n = write(fd[1], "x", 1); }
+  bool wait() {
+    char c;
+    return read(fd[0], &c, 1) == 1;
+  }
+};
+
+int init_context(CUcontext* ctx, int device = 0) {
+  CHILD_CU(cuInit(0));
+  CHILD_CU(cuDevicePrimaryCtxRetain(ctx, device));
+  CHILD_CU(cuCtxSetCurrent(*ctx));
+  return 0;
+}
+
+std::string temp_log(const std::string& tag) {
+  return "/tmp/simgpu-test-" + tag + "-" + std::to_string(getpid()) + ".log";
+}
+
+}  // namespace
+
+TEST(SimgpuCapacity, TwoProcessesTogetherHitOutOfMemoryAtTheCapacity) {
+  UniqueState state("capacity");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "1Gi"}};
+  Pipe ready, done;
+  Child holder = start_child(env, [&] {
+    ready.close_read();
+    done.close_write();
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 600ull << 20));
+    ready.signal();
+    done.wait();  // hold the memory until the other process has tried
+    return 0;
+  });
+  ready.close_write();
+  done.close_read();
+  ASSERT_TRUE(ready.wait());
+  ChildResult other = run_child(env, [] {
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CHECK(cuMemAlloc(&p, 600ull << 20) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_CU(cuMemAlloc(&p, 424ull << 20));  // exactly what is left: 1 GiB in total
+    CUdeviceptr q;
+    CHILD_CHECK(cuMemAlloc(&q, 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    size_t free = 1, total = 0;
+    CHILD_CU(cuMemGetInfo(&free, &total));
+    CHILD_CHECK(free == 0 && total == 1ull << 30);
+    return 0;
+  });
+  done.signal();
+  ChildResult held = finish_child(holder);
+  EXPECT_EQ(other.exit_code, 0) << other.stderr_text;
+  EXPECT_EQ(held.exit_code, 0) << held.stderr_text;
+}
+
+TEST(SimgpuCapacity, MemoryOfAKilledProcessReturnsToTheDevice) {
+  UniqueState state("killed");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "1Gi"}};
+  Pipe ready;
+  Child victim = start_child(env, [&] {
+    ready.close_read();
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 900ull << 20));
+    ready.signal();
+    pause();
+    return 0;
+  });
+  ready.close_write();
+  ASSERT_TRUE(ready.wait());
+  ChildResult before = run_child(env, [] {
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CHECK(cuMemAlloc(&p, 900ull << 20) == CUDA_ERROR_OUT_OF_MEMORY);
+    return 0;
+  });
+  EXPECT_EQ(before.exit_code, 0) << before.stderr_text;
+  kill(victim.pid, SIGKILL);
+  ChildResult killed = finish_child(victim);
+  EXPECT_EQ(killed.signal, SIGKILL);
+  ChildResult after = run_child(env, [] {
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 900ull << 20));
+    return 0;
+  });
+  EXPECT_EQ(after.exit_code, 0) << after.stderr_text;
+}
+
+// Two equal closed-loop processes (2 ms kernels, synchronised one at a time) share one
+// device for about 1.5 s; the tests below judge the run from its execution log alone.
+class SimgpuTimeSlicing : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    state_ = new UniqueState("slicing");
+    log_ = temp_log("slicing");
+    unlink(log_.c_str());
+    const Env env = {{"SIMGPU_STATE", state_->name()}, {"SIMGPU_LOG", log_}};
+    Pipe ready_a, ready_b, go;
+    auto tenant = [&](Pipe& ready) {
+      return [&] {
+        ready.close_read();
+        go.close_write();
+        CUcontext ctx;
+        CUfunction spin;
+        if (init_context(&ctx) != 0) return 1;
+        CHILD_CU(quanta::simgpu::test::load_spin(&spin));
+        ready.signal();
+        go.wait();
+        const uint64_t end = now_ns() + 1'500'000'000ULL;
+        while (now_ns() < end) {
+          CHILD_CU(launch_spin(spin, 2'000'000));
+          CHILD_CU(cuCtxSynchronize());
+        }
+        return 0;
+      };
+    };
+    Child a = start_child(env, tenant(ready_a));
+    Child b = start_child(env, tenant(ready_b));
+    ready_a.close_write();
+    ready_b.close_write();
+    go.close_read();
+    ready_a.wait();
+    ready_b.wait();
+    go.close_write();  // both start together
+    result_a_ = new ChildResult(finish_child(a));
+    result_b_ = new ChildResult(finish_child(b));
+    slices_ = new std::vector<Slice>(read_log(log_));
+  }
+  static void TearDownTestSuite() {
+    unlink(log_.c_str());
+    delete state_;
+    delete result_a_;
+    delete result_b_;
+    delete slices_;
+  }
+  static inline UniqueState* state_ = nullptr;
+  static inline std::string log_;
+  static inline ChildResult* result_a_ = nullptr;
+  static inline ChildResult* result_b_ = nullptr;
+  static inline std::vector<Slice>* slices_ = nullptr;
+};
+
+TEST_F(SimgpuTimeSlicing, TwoEqualClosedLoopProcessesGetHalfTheDeviceEach) {
+  ASSERT_EQ(result_a_->exit_code, 0) << result_a_->stderr_text;
+  ASSERT_EQ(result_b_->exit_code, 0) << result_b_->stderr_text;
+  std::map<int, uint64_t> busy_by_pid;
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const Slice& s : *slices_) {
+    busy_by_pid[s.pid] += s.end - s.start;
+    first = std::min(first, s.start);
+    last = std::max(last, s.end);
+  }
+  ASSERT_EQ(busy_by_pid.size(), 2u);
+  uint64_t total = 0;
+  for (auto& [pid, busy] : busy_by_pid) total += busy;
+  for (auto& [pid, busy] : busy_by_pid) {
+    const double share = static_cast<double>(busy) / static_cast<double>(total);
+    EXPECT_NEAR(share, 0.5, 0.05) << "pid " << pid;
+  }
+  // The device was kept busy: contention leaves only switch dead time idle.
+  EXPECT_GT(static_cast<double>(total) / static_cast<double>(last - first), 0.8);
+}
+
+TEST_F(SimgpuTimeSlicing, ExecutionLogShowsOneContextAtATimeWithSwitchDeadTime) {
+  std::vector<Slice> slices = *slices_;
+  ASSERT_GT(slices.size(), 100u);
+  std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.start < b.start; });
+  int switches = 0;
+  for (size_t i = 1; i < slices.size(); ++i) {
+    EXPECT_EQ(slices[i].device, 0);
+    ASSERT_GE(slices[i].start, slices[i - 1].end) << "slices overlap at " << i;
+    EXPECT_LE(slices[i].end - slices[i].start, 1'000'000u) << "slice longer than the time slice";
+    if (slices[i].context != slices[i - 1].context) {
+      ++switches;
+      EXPECT_GE(slices[i].start - slices[i - 1].end, 50'000u) << "switch without dead time at " << i;
+    }
+  }
+  EXPECT_GT(switches, 100);
+}
+
+TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
+  UniqueState state("mig");
+  const std::string log = temp_log("mig");
+  unlink(log.c_str());
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "2Gi"}, {"SIMGPU_MIG", "0:2"}, {"SIMGPU_LOG", log}};
+  ChildResult shape = run_child(env, [] {
+    CHILD_CU(cuInit(0));
+    int count = 0;
+    CHILD_CU(cuDeviceGetCount(&count));
+    CHILD_CHECK(count == 2);
+    size_t total = 0;
+    CHILD_CU(cuDeviceTotalMem(&total, 1));
+    CHILD_CHECK(total == 1ull << 30);
+    CUcontext c0, c1;
+    CHILD_CU(cuDevicePrimaryCtxRetain(&c0, 0));
+    CHILD_CU(cuDevicePrimaryCtxRetain(&c1, 1));
+    CHILD_CU(cuCtxSetCurrent(c0));
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 1ull << 30));  // all of instance 0
+    CHILD_CHECK(cuMemAlloc(&p, 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_CU(cuCtxSetCurrent(c1));
+    CHILD_CU(cuMemAlloc(&p, 1ull << 30));  // instance 1 is untouched
+    return 0;
+  });
+  EXPECT_EQ(shape.exit_code, 0) << shape.stderr_text;
+
+  // One 20 ms kernel on each instance at the same time: both finish in ~20 ms.
+  Pipe ready0, ready1, go;
+  auto tenant = [&](Pipe& ready, int device) {
+    return [&, device] {
+      ready.close_read();
+      go.close_write();
+      CUcontext ctx;
+      CUfunction spin;
+      if (init_context(&ctx, device) != 0) return 1;
+      CHILD_CU(load_spin(&spin));
+      ready.signal();
+      go.wait();
+      const uint64_t t0 = now_ns();
+      CHILD_CU(launch_spin(spin, 20'000'000));
+      CHILD_CU(cuCtxSynchronize());
+      const uint64_t took = now_ns() - t0;
+      std::fprintf(stderr, "device %d took %.3f ms\n", device, took / 1e6);
+      CHILD_CHECK(took < 30'000'000);
+      return 0;
+    };
+  };
+  Child a = start_child(env, tenant(ready0, 0));
+  Child b = start_child(env, tenant(ready1, 1));
+  ready0.close_write();
+  ready1.close_write();
+  go.close_read();
+  ready0.wait();
+  ready1.wait();
+  go.close_write();
+  ChildResult ra = finish_child(a);
+  ChildResult rb = finish_child(b);
+  EXPECT_EQ(ra.exit_code, 0) << ra.stderr_text;
+  EXPECT_EQ(rb.exit_code, 0) << rb.stderr_text;
+  std::map<int, uint64_t> busy;
+  for (const Slice& s : read_log(log)) busy[s.device] += s.end - s.start;
+  EXPECT_EQ(busy[0], 20'000'000u);
+  EXPECT_EQ(busy[1], 20'000'000u);
+  unlink(log.c_str());
+}
+
+TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
+  UniqueState state("nvml");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "4Gi"}, {"SIMGPU_DEVICES", "2"}};
+  Pipe ready, done;
+  Child user = start_child(env, [&] {
+    ready.close_read();
+    done.close_write();
+    CUcontext ctx;
+    if (init_context(&ctx, 1) != 0) return 1;
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 300ull << 20));
+    ready.signal();
+    done.wait();
+    return 0;
+  });
+  ready.close_write();
+  done.close_read();
+  ASSERT_TRUE(ready.wait());
+  const int user_pid = user.pid;
+  ChildResult observer = run_child(env, [user_pid] {
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    unsigned count = 0;
+    CHILD_CHECK(nvmlDeviceGetCount_v2(&count) == NVML_SUCCESS && count == 2);
+    nvmlDevice_t dev;
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(1, &dev) == NVML_SUCCESS);
+    char uuid[NVML_DEVICE_UUID_BUFFER_SIZE];
+    CHILD_CHECK(nvmlDeviceGetUUID(dev, uuid, sizeof uuid) == NVML_SUCCESS);
+    nvmlDevice_t same;
+    CHILD_CHECK(nvmlDeviceGetHandleByUUID(uuid, &same) == NVML_SUCCESS && same == dev);
+    unsigned index = 9;
+    CHILD_CHECK(nvmlDeviceGetIndex(dev, &index) == NVML_SUCCESS && index == 1);
+
+    // The UUID NVML gives is the one cuDeviceGetUuid gives, in text form.
+    CHILD_CU(cuInit(0));
+    CUuuid raw;
+    CHILD_CU(cuDeviceGetUuid(&raw, 1));
+    char expect[64];
+    const unsigned char* b = reinterpret_cast<const unsigned char*>(raw.bytes);
+    std::snprintf(expect, sizeof expect, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                  b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    CHILD_CHECK(std::string(uuid) == expect);
+
+    nvmlMemory_t mem;
+    CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS);
+    CHILD_CHECK(mem.total == 4ull << 30 && mem.used == 300ull << 20 && mem.free == mem.total - mem.used);
+    nvmlMemory_v2_t mem2{};
+    mem2.version = nvmlMemory_v2;
+    CHILD_CHECK(nvmlDeviceGetMemoryInfo_v2(dev, &mem2) == NVML_SUCCESS && mem2.used == mem.used);
+
+    unsigned n = 0;
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, nullptr) == NVML_ERROR_INSUFFICIENT_SIZE && n == 1);
+    nvmlProcessInfo_t infos[4];
+    n = 4;
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, infos) == NVML_SUCCESS && n == 1);
+    CHILD_CHECK(static_cast<int>(infos[0].pid) == user_pid && infos[0].usedGpuMemory == 300ull << 20);
+    nvmlProcessInfo_v1_t legacy[4];
+    n = 4;
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses(dev, &n, legacy) == NVML_SUCCESS && n == 1);
+    CHILD_CHECK(legacy[0].usedGpuMemory == 300ull << 20);
+
+    nvmlDevice_t other;
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &other) == NVML_SUCCESS);
+    n = 4;
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v2(other, &n, reinterpret_cast<nvmlProcessInfo_v2_t*>(infos)) ==
+                    NVML_SUCCESS && n == 0);
+    nvmlUtilization_t util;
+    CHILD_CHECK(nvmlDeviceGetUtilizationRates(dev, &util) == NVML_SUCCESS && util.gpu == 0);
+    char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];
+    CHILD_CHECK(nvmlSystemGetDriverVersion(driver, sizeof driver) == NVML_SUCCESS);
+    CHILD_CHECK(nvmlShutdown() == NVML_SUCCESS);
+    return 0;
+  });
+  EXPECT_EQ(observer.exit_code, 0) << observer.stderr_text;
+  done.signal();
+  ChildResult used = finish_child(user);
+  EXPECT_EQ(used.exit_code, 0) << used.stderr_text;
+}
