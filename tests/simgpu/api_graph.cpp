@@ -131,6 +131,35 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const C
   return add_node(phGraphNode, hGraph, std::move(node));
 }
 
+// The generic node API (CUDA 12.2+): kernel, allocation, free and empty nodes; other
+// node types are not modelled.
+CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
+                           CUgraphNodeParams* nodeParams) {
+  SIMGPU_REQUIRE_INIT();
+  if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (nodeParams->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      const CUDA_KERNEL_NODE_PARAMS_v3& k = nodeParams->kernel;
+      CUfunction f = k.func ? k.func : reinterpret_cast<CUfunction>(k.kern);
+      return add_kernel_node(phGraphNode, hGraph, f, k.kernelParams, k.extra);
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: {
+      CUDA_MEM_ALLOC_NODE_PARAMS legacy{};
+      legacy.poolProps = nodeParams->alloc.poolProps;
+      legacy.bytesize = nodeParams->alloc.bytesize;
+      CUresult r = cuGraphAddMemAllocNode(phGraphNode, hGraph, nullptr, 0, &legacy);
+      if (r == CUDA_SUCCESS) nodeParams->alloc.dptr = legacy.dptr;
+      return r;
+    }
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return cuGraphAddMemFreeNode(phGraphNode, hGraph, nullptr, 0, nodeParams->free.dptr);
+    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(phGraphNode, hGraph, nullptr, 0);
+    default: return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* deps, size_t n, CUgraphNodeParams* nodeParams) {
+  return cuGraphAddNode_v2(phGraphNode, hGraph, deps, nullptr, n, nodeParams);
+}
+
 CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long) {
   return instantiate(phGraphExec, hGraph);
 }

@@ -120,6 +120,19 @@ CUresult create_array(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   return CUDA_SUCCESS;
 }
 
+// 2D sets: Height rows of Width elements, rows dstPitch bytes apart.
+template <typename T>
+CUresult set_2d(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream h, bool synchronous) {
+  SIMGPU_REQUIRE_INIT();
+  if (height == 0 || width == 0) return CUDA_SUCCESS;
+  if (pitch < width * sizeof(T) || !is_device_range(dst, pitch * (height - 1) + width * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t row = 0; row < height; ++row) {
+    T* p = reinterpret_cast<T*>(dst + row * pitch);
+    std::fill(p, p + width, value);
+  }
+  return transfer(h, width * height * sizeof(T), synchronous);
+}
+
 }  // namespace
 
 extern "C" {
@@ -528,6 +541,19 @@ CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s)
 CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return set<uint16_t>(d, v, n, s, false); }
 CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return set<uint32_t>(d, v, n, s, false); }
 CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return set<uint32_t>(d, v, n, s, false); }
+
+CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) { return set_2d<uint8_t>(d, pitch, v, w, h, nullptr, true); }
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) { return set_2d<uint8_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
+CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) { return set_2d<uint16_t>(d, pitch, v, w, h, nullptr, true); }
+CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) { return set_2d<uint16_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
+CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) { return set_2d<uint32_t>(d, pitch, v, w, h, nullptr, true); }
+CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) { return set_2d<uint32_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) { return set_2d<uint8_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) { return set_2d<uint8_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) { return set_2d<uint16_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) { return set_2d<uint16_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) { return set_2d<uint32_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) { return set_2d<uint32_t>(d, pitch, v, w, h, s, false); }
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   SIMGPU_REQUIRE_INIT();

@@ -166,6 +166,14 @@ static CUresult stream_get_ctx(CUstream h, CUcontext* pctx) {
 CUresult cuStreamGetCtx(CUstream hStream, CUcontext* pctx) { return stream_get_ctx(hStream, pctx); }
 CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) { return stream_get_ctx(hStream, pctx); }
 
+CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
+  return stream_get_ctx(hStream, pCtx);
+}
+CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
+  return cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
+}
+
 CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) { return launch_host_func(hStream, fn, userData); }
 CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
   return launch_host_func(hStream, fn, userData);
