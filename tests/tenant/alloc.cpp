@@ -78,12 +78,14 @@ class Allocator {
       case AllocFamily::managed: need(driver_, driver_.MemAllocManaged, "cuMemAllocManaged"); need(driver_, driver_.MemFree, "cuMemFree"); break;
       case AllocFamily::host: need(driver_, driver_.MemAllocHost, "cuMemAllocHost"); need(driver_, driver_.MemFreeHost, "cuMemFreeHost"); break;
       case AllocFamily::vmm: {
-        for (void* entry : {reinterpret_cast<void*>(driver_.MemGetAllocationGranularity), reinterpret_cast<void*>(driver_.MemCreate),
-                            reinterpret_cast<void*>(driver_.MemRelease), reinterpret_cast<void*>(driver_.MemAddressReserve),
-                            reinterpret_cast<void*>(driver_.MemAddressFree), reinterpret_cast<void*>(driver_.MemMap),
-                            reinterpret_cast<void*>(driver_.MemUnmap), reinterpret_cast<void*>(driver_.MemSetAccess)}) {
-          need(driver_, entry, "cuMemCreate/cuMemMap family");
-        }
+        need(driver_, driver_.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
+        need(driver_, driver_.MemCreate, "cuMemCreate");
+        need(driver_, driver_.MemRelease, "cuMemRelease");
+        need(driver_, driver_.MemAddressReserve, "cuMemAddressReserve");
+        need(driver_, driver_.MemAddressFree, "cuMemAddressFree");
+        need(driver_, driver_.MemMap, "cuMemMap");
+        need(driver_, driver_.MemUnmap, "cuMemUnmap");
+        need(driver_, driver_.MemSetAccess, "cuMemSetAccess");
         CUmemAllocationProp properties = device_memory(gpu_.device());
         check(driver_, driver_.MemGetAllocationGranularity(&granularity_, &properties, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
               "cuMemGetAllocationGranularity");
@@ -112,12 +114,14 @@ class Allocator {
         need(driver_, driver_.MipmappedArrayDestroy, "cuMipmappedArrayDestroy");
         break;
       case AllocFamily::graph_node:
-        for (void* entry : {reinterpret_cast<void*>(driver_.GraphCreate), reinterpret_cast<void*>(driver_.GraphAddMemAllocNode),
-                            reinterpret_cast<void*>(driver_.GraphInstantiate), reinterpret_cast<void*>(driver_.GraphLaunch),
-                            reinterpret_cast<void*>(driver_.GraphExecDestroy), reinterpret_cast<void*>(driver_.GraphDestroy),
-                            reinterpret_cast<void*>(driver_.MemFreeAsync), reinterpret_cast<void*>(driver_.StreamSynchronize)}) {
-          need(driver_, entry, "cuGraph*/cuGraphAddMemAllocNode family");
-        }
+        need(driver_, driver_.GraphCreate, "cuGraphCreate");
+        need(driver_, driver_.GraphAddMemAllocNode, "cuGraphAddMemAllocNode");
+        need(driver_, driver_.GraphInstantiate, "cuGraphInstantiateWithFlags");
+        need(driver_, driver_.GraphLaunch, "cuGraphLaunch");
+        need(driver_, driver_.GraphExecDestroy, "cuGraphExecDestroy");
+        need(driver_, driver_.GraphDestroy, "cuGraphDestroy");
+        need(driver_, driver_.MemFreeAsync, "cuMemFreeAsync");
+        need(driver_, driver_.StreamSynchronize, "cuStreamSynchronize");
         break;
     }
   }

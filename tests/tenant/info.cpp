@@ -1,6 +1,7 @@
 // The info mode: what the tenant can see of its devices through CUDA (name, UUID, total
 // memory, free/total after creating a context) and through NVML, loaded with dlopen so a
 // machine without libnvidia-ml.so.1 still gets the CUDA half.
+#include "common/nvml_api.h"
 #include "gpu.h"
 #include "modes.h"
 
@@ -11,26 +12,16 @@
 namespace quanta::tenant {
 namespace {
 
-// The few NVML declarations the tenant needs (nvml.h is not part of the CUDA toolkit
-// headers here); the ABI is NVML's, stable since NVML 2.
-using NvmlReturn = int;
-using NvmlDevice = struct NvmlDeviceOpaque*;
-struct NvmlMemory {
-  unsigned long long total;
-  unsigned long long free;
-  unsigned long long used;
-};
-constexpr NvmlReturn kNvmlSuccess = 0;
-
+// NVML entries, resolved with dlsym so the tenant never needs NVML to start.
 struct Nvml {
-  NvmlReturn (*Init)() = nullptr;
-  NvmlReturn (*Shutdown)() = nullptr;
-  const char* (*ErrorString)(NvmlReturn) = nullptr;
-  NvmlReturn (*DeviceGetCount)(unsigned int*) = nullptr;
-  NvmlReturn (*DeviceGetHandleByIndex)(unsigned int, NvmlDevice*) = nullptr;
-  NvmlReturn (*DeviceGetName)(NvmlDevice, char*, unsigned int) = nullptr;
-  NvmlReturn (*DeviceGetUUID)(NvmlDevice, char*, unsigned int) = nullptr;
-  NvmlReturn (*DeviceGetMemoryInfo)(NvmlDevice, NvmlMemory*) = nullptr;
+  decltype(&nvmlInit_v2) Init = nullptr;
+  decltype(&nvmlShutdown) Shutdown = nullptr;
+  decltype(&nvmlErrorString) ErrorString = nullptr;
+  decltype(&nvmlDeviceGetCount_v2) DeviceGetCount = nullptr;
+  decltype(&nvmlDeviceGetHandleByIndex_v2) DeviceGetHandleByIndex = nullptr;
+  decltype(&nvmlDeviceGetName) DeviceGetName = nullptr;
+  decltype(&nvmlDeviceGetUUID) DeviceGetUUID = nullptr;
+  decltype(&nvmlDeviceGetMemoryInfo) DeviceGetMemoryInfo = nullptr;
 };
 
 std::string uuid_text(const CUuuid& uuid) {
@@ -65,16 +56,16 @@ nlohmann::json nvml_view() {
     return view;
   }
   load(nvml.ErrorString, "nvmlErrorString");
-  auto fail = [&](const char* call, NvmlReturn result) {
+  auto fail = [&](const char* call, nvmlReturn_t result) {
     view["error"] = {{"call", call},
-                     {"name", nvml.ErrorString != nullptr ? nvml.ErrorString(result) : std::to_string(result)}};
+                     {"name", nvml.ErrorString != nullptr ? nvml.ErrorString(result) : std::to_string(static_cast<int>(result))}};
   };
-  if (NvmlReturn result = nvml.Init(); result != kNvmlSuccess) {
+  if (nvmlReturn_t result = nvml.Init(); result != NVML_SUCCESS) {
     fail("nvmlInit_v2", result);
     return view;
   }
   unsigned int count = 0;
-  if (NvmlReturn result = nvml.DeviceGetCount(&count); result != kNvmlSuccess) {
+  if (nvmlReturn_t result = nvml.DeviceGetCount(&count); result != NVML_SUCCESS) {
     fail("nvmlDeviceGetCount_v2", result);
     nvml.Shutdown();
     return view;
@@ -84,16 +75,16 @@ nlohmann::json nvml_view() {
   view["devices"] = nlohmann::json::array();
   for (unsigned int index = 0; index < count; ++index) {
     nlohmann::json entry = {{"index", index}};
-    NvmlDevice device = nullptr;
-    if (NvmlReturn result = nvml.DeviceGetHandleByIndex(index, &device); result != kNvmlSuccess) {
+    nvmlDevice_t device = nullptr;
+    if (nvmlReturn_t result = nvml.DeviceGetHandleByIndex(index, &device); result != NVML_SUCCESS) {
       fail("nvmlDeviceGetHandleByIndex_v2", result);
       break;
     }
-    char text[96] = {};
-    if (nvml.DeviceGetName(device, text, sizeof text) == kNvmlSuccess) entry["name"] = text;
-    if (nvml.DeviceGetUUID(device, text, sizeof text) == kNvmlSuccess) entry["uuid"] = text;
-    NvmlMemory memory{};
-    if (NvmlReturn result = nvml.DeviceGetMemoryInfo(device, &memory); result == kNvmlSuccess) {
+    char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (nvml.DeviceGetName(device, text, sizeof text) == NVML_SUCCESS) entry["name"] = text;
+    if (nvml.DeviceGetUUID(device, text, sizeof text) == NVML_SUCCESS) entry["uuid"] = text;
+    nvmlMemory_t memory{};
+    if (nvmlReturn_t result = nvml.DeviceGetMemoryInfo(device, &memory); result == NVML_SUCCESS) {
       entry["memory_total"] = memory.total;
       entry["memory_free"] = memory.free;
       entry["memory_used"] = memory.used;

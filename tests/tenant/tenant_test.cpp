@@ -134,9 +134,13 @@ TEST_F(TenantTest, BatchReportsCompletedKernelsAndUsefulThroughput) {
   EXPECT_GE(kernels, 300u);  // 500 fit in a second on an idle device
   EXPECT_LE(kernels, 520u);
   EXPECT_NEAR(report["kernel_seconds"].get<double>(), static_cast<double>(kernels) * 0.002, 1e-9);
-  // Alone on the device with two kernels queued, it is busy nearly all the time.
-  EXPECT_GT(report["useful_per_s"].get<double>(), 0.75);
-  EXPECT_LE(report["useful_per_s"].get<double>(), 1.05);
+  const double useful = report["useful_per_s"].get<double>();
+  EXPECT_NEAR(useful, report["kernel_seconds"].get<double>() / report["wall_seconds"].get<double>(), 1e-9);
+  EXPECT_GE(report["wall_seconds"].get<double>(), 1.0);
+  // Alone on the device with two kernels queued it is busy most of the time; the bound
+  // leaves room for a loaded test machine.
+  EXPECT_GT(useful, 0.5);
+  EXPECT_LE(useful, 1.05);
 }
 
 class TenantLookupTest : public TenantTest, public ::testing::WithParamInterface<std::string> {};
@@ -149,7 +153,9 @@ TEST_P(TenantLookupTest, BatchCompletesKernelsThroughLookupPath) {
     EXPECT_NE(missing, "cuLaunchKernel");
     EXPECT_NE(missing, "cuModuleLoadData");
   }
-  if (GetParam().rfind("getproc", 0) == 0) EXPECT_EQ(report["cuda_version"], 12080);
+  if (GetParam().rfind("getproc", 0) == 0) {
+    EXPECT_EQ(report["cuda_version"], 12080);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, TenantLookupTest, ::testing::Values("direct", "dlsym", "getproc", "getproc-ptds"),
