@@ -1,0 +1,84 @@
+// epoll loop and timerfd wrapper for the arbiter. Handlers are looked up again for every
+// event so a handler may remove fds (its own included) safely.
+#include "arbiter/event_loop.h"
+
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace quanta::arbiter {
+
+void throw_errno(const std::string& what) {
+  throw std::runtime_error(what + ": " + std::strerror(errno));
+}
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+EventLoop::EventLoop() : epoll_(epoll_create1(EPOLL_CLOEXEC)) {
+  if (!epoll_) throw_errno("epoll_create1");
+}
+
+void EventLoop::add(int fd, Handler handler, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) != 0) throw_errno("epoll_ctl(ADD)");
+  handlers_[fd] = std::make_shared<Handler>(std::move(handler));
+}
+
+void EventLoop::remove(int fd) {
+  epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+  handlers_.erase(fd);
+}
+
+void EventLoop::run() {
+  constexpr int kBatch = 64;
+  epoll_event events[kBatch];
+  while (!stopping_) {
+    int n = epoll_wait(epoll_.get(), events, kBatch, 1000);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("epoll_wait");
+    }
+    for (int i = 0; i < n && !stopping_; ++i) {
+      auto it = handlers_.find(events[i].data.fd);
+      if (it == handlers_.end()) continue;
+      std::shared_ptr<Handler> h = it->second;  // survives removal inside the handler
+      (*h)(events[i].events);
+    }
+    if (after_events_ && !stopping_) after_events_();
+  }
+}
+
+Timer::Timer() : fd_(timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
+  if (!fd_) throw_errno("timerfd_create");
+}
+
+void Timer::arm_at(uint64_t monotonic_ns) {
+  if (monotonic_ns == armed_at_) return;
+  itimerspec spec{};
+  spec.it_value.tv_sec = static_cast<time_t>(monotonic_ns / 1000000000ull);
+  spec.it_value.tv_nsec = static_cast<long>(monotonic_ns % 1000000000ull);
+  if (timerfd_settime(fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) throw_errno("timerfd_settime");
+  armed_at_ = monotonic_ns;
+}
+
+void Timer::acknowledge() {
+  uint64_t expirations = 0;
+  ssize_t r = ::read(fd_.get(), &expirations, sizeof(expirations));
+  (void)r;
+  armed_at_ = 0;
+}
+
+}  // namespace quanta::arbiter

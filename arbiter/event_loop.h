@@ -1,0 +1,76 @@
+// The arbiter's single-threaded event loop: epoll over sockets, doorbells, pidfds and
+// timerfds, each registered with the callback that handles it. Also a small owning fd.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace quanta::arbiter {
+
+// Throws std::runtime_error naming `what` and errno's text.
+[[noreturn]] void throw_errno(const std::string& what);
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+  UniqueFd& operator=(UniqueFd&& o) noexcept;
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+  int get() const { return fd_; }
+  int release() {
+    int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+class EventLoop {
+ public:
+  using Handler = std::function<void(uint32_t events)>;
+
+  EventLoop();
+  // Watches fd for `events` (EPOLLIN by default); the handler runs on readiness.
+  void add(int fd, Handler handler, uint32_t events = 0x001 /* EPOLLIN */);
+  void remove(int fd);
+  // Runs handlers until stop(); each wait is at most max_wait_ms.
+  void run();
+  void stop() { stopping_ = true; }
+  bool stopping() const { return stopping_; }
+  // Runs after every batch of events (the arbiter makes its decisions there).
+  void set_after_events(std::function<void()> f) { after_events_ = std::move(f); }
+
+ private:
+  UniqueFd epoll_;
+  std::map<int, std::shared_ptr<Handler>> handlers_;
+  std::function<void()> after_events_;
+  bool stopping_ = false;
+};
+
+// A CLOCK_MONOTONIC timerfd armed at absolute deadlines (0 disarms).
+class Timer {
+ public:
+  Timer();
+  void arm_at(uint64_t monotonic_ns);
+  // Consumes the expiration count; call from the loop handler.
+  void acknowledge();
+  int fd() const { return fd_.get(); }
+  uint64_t armed_at() const { return armed_at_; }
+
+ private:
+  UniqueFd fd_;
+  uint64_t armed_at_ = 0;
+};
+
+}  // namespace quanta::arbiter

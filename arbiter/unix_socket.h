@@ -1,0 +1,29 @@
+// Unix-socket plumbing shared by the tenant and admin servers and quantactl: listening
+// sockets with a mode, peer credentials, and packets carrying descriptors (SCM_RIGHTS).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "arbiter/event_loop.h"
+
+namespace quanta::arbiter {
+
+struct PeerCred {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+// Binds and listens on `path` (creating its folder), chmods it to `mode`. A stale socket
+// file is replaced; one another process still serves is an error.
+UniqueFd listen_unix(const std::string& path, int type, unsigned mode);
+UniqueFd connect_unix(const std::string& path, int type);
+PeerCred peer_cred(int fd);
+// One packet with optional descriptors; false when the peer is gone.
+bool send_with_fds(int fd, const void* data, size_t len, const std::vector<int>& fds);
+
+}  // namespace quanta::arbiter
