@@ -16,7 +16,9 @@
 namespace quanta::simgpu {
 namespace {
 
-constexpr uint64_t kReapIntervalNs = 50'000'000;
+// How often the engine checks that the processes owning contexts are alive: a killed
+// tenant's queued work stops taking device time within this long.
+constexpr uint64_t kReapIntervalNs = 10'000'000;
 // The last stretch before a predicted completion is spun rather than slept: a timer
 // wake-up overshoots by tens of microseconds, which would be a visible error on 1 ms.
 constexpr uint64_t kSpinNs = 60'000;

@@ -27,6 +27,7 @@ void forget_after_fork() {
 __attribute__((destructor)) void detach_at_exit() {
   if (g_runtime == nullptr || !g_runtime->initialized || g_runtime->pid != getpid()) return;
   for (int d = 0; d < g_runtime->device_count; ++d) forget_process(g_runtime->state->devices[d], g_runtime->pid);
+  detach_shared_state(g_runtime->state);
 }
 
 }  // namespace

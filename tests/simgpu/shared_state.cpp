@@ -115,6 +115,13 @@ SharedState* attach_shared_state(const Config& cfg, std::string& error) {
   return s;
 }
 
+void detach_shared_state(SharedState* state) {
+  const int32_t self = getpid();
+  for (auto& pid : state->attached) {
+    if (__atomic_load_n(&pid, __ATOMIC_RELAXED) == self) __atomic_store_n(&pid, 0, __ATOMIC_RELAXED);
+  }
+}
+
 DeviceLock::DeviceLock(DeviceState& dev) : dev_(dev) {
   int rc = pthread_mutex_lock(&dev_.lock);
   if (rc == EOWNERDEAD) {

@@ -99,6 +99,9 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 // process of a run fixes the device shape. Returns nullptr and sets `error` on failure.
 SharedState* attach_shared_state(const Config& cfg, std::string& error);
 
+// Removes this process from the attached list (at normal exit).
+void detach_shared_state(SharedState* state);
+
 // Locks a device; a lock whose holder died is made consistent and its owner reaped.
 class DeviceLock {
  public:

@@ -12,6 +12,8 @@
 
 #include "../../../common/nvml_api.h"
 #include "child_process.h"
+#include "config.h"
+#include "shared_state.h"
 #include "spin.h"
 
 using namespace quanta::simgpu::test;
@@ -128,6 +130,57 @@ TEST(SimgpuCapacity, MemoryOfAKilledProcessReturnsToTheDevice) {
     return 0;
   });
   EXPECT_EQ(after.exit_code, 0) << after.stderr_text;
+}
+
+TEST(SimgpuRecovery, ProcessKilledHoldingTheDeviceLockDoesNotWedgeTheDevice) {
+  UniqueState state("wedge");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "1Gi"}};
+  // A live bystander keeps the shared state in use, so it is recovered, not recreated.
+  Pipe attached, release;
+  Child bystander = start_child(env, [&] {
+    attached.close_read();
+    release.close_write();
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    attached.signal();
+    release.wait();
+    return 0;
+  });
+  attached.close_write();
+  release.close_read();
+  ASSERT_TRUE(attached.wait());
+  Pipe ready;
+  Child victim = start_child(env, [&] {
+    ready.close_read();
+    quanta::simgpu::Config cfg;
+    std::string error;
+    CHILD_CHECK(quanta::simgpu::parse_config([](const char* n) -> const char* { return getenv(n); }, cfg, error));
+    quanta::simgpu::SharedState* shared = quanta::simgpu::attach_shared_state(cfg, error);
+    CHILD_CHECK(shared != nullptr);
+    CHILD_CHECK(pthread_mutex_lock(&shared->devices[0].lock) == 0);
+    ready.signal();
+    pause();  // dies holding the lock
+    return 0;
+  });
+  ready.close_write();
+  ASSERT_TRUE(ready.wait());
+  kill(victim.pid, SIGKILL);
+  finish_child(victim);
+  ChildResult after = run_child(env, [] {
+    CUcontext ctx;
+    CUfunction spin;
+    if (init_context(&ctx) != 0) return 1;
+    CHILD_CU(load_spin(&spin));
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 512ull << 20));
+    CHILD_CU(launch_spin(spin, 1'000'000));
+    CHILD_CU(cuCtxSynchronize());
+    return 0;
+  });
+  EXPECT_EQ(after.exit_code, 0) << after.stderr_text;
+  release.signal();
+  ChildResult stayed = finish_child(bystander);
+  EXPECT_EQ(stayed.exit_code, 0) << stayed.stderr_text;
 }
 
 // Two equal closed-loop processes (2 ms kernels, synchronised one at a time) share one
