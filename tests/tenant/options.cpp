@@ -155,6 +155,7 @@ ParseResult parse_options(int argc, char** argv) {
   for (auto* mode : {batch, requests}) {
     add_number(*mode, "--seconds", options.seconds, 0.001, 86400.0, "duration in seconds");
     add_number(*mode, "--kernel-ms", options.kernel_ms, 0.001, 60000.0, "length of each spin kernel in ms");
+    add_number(*mode, "--warmup", options.warmup, 0, 1000, "untimed 1 us kernels before the start");
   }
   add_number(*batch, "--depth", options.depth, 1, 1024, "kernels in flight at most");
   add_number(*requests, "--rate", options.rate, 0.01, 100000.0, "requests per second");

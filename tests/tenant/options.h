@@ -35,6 +35,7 @@ struct Options {
   double seconds = 5.0;
   double kernel_ms = 2.0;
   int depth = 2;
+  int warmup = 1;  // untimed kernels (1 us each) before the start, so lazy module loading is not measured
   double rate = 50.0;
   // alloc
   AllocFamily family = AllocFamily::alloc;
