@@ -45,9 +45,9 @@ int main(void) {
 
   /* RTLD_DEFAULT finds the global scope, where the preloaded wrappers come first. */
   expect_wrapper(RTLD_DEFAULT, "cuMemFree_v2");
-  void* printf_fn = dlsym(RTLD_DEFAULT, "printf");
-  CHECK(printf_fn && !strcmp(probe_object_of(printf_fn), "libc.so.6"), "printf resolved to %s",
-        probe_object_of(printf_fn));
+  int (*first_definer)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "shim_probe_value");
+  CHECK(first_definer && first_definer() == 1 && !strcmp(probe_object_of((void*)first_definer), "libshim_probe_a.so"),
+        "RTLD_DEFAULT found shim_probe_value in %s", probe_object_of((void*)first_definer));
 
   /* RTLD_NEXT is relative to the caller: from this program the next definer is
    * libshim_probe_a; from libshim_probe_b there is none after it. */
