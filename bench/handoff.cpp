@@ -71,7 +71,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
 }  // namespace
 
 Json run_handoff(const Bench& bench) {
-  double seconds = bench.seconds(4.0, 1.5);
+  double seconds = bench.seconds(4.0, 1.0);
   Json out = {{"scenario", "handoff"},
               {"workload", {{"tenants", 2}, {"kernel_ms", 0.1}, {"depth", 1}, {"quantum", "1ms"}, {"seconds", seconds}}}};
   out["native"] = guarded("native", [&] { return run_config(bench, "handoff-native", false, seconds); });

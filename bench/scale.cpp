@@ -14,7 +14,7 @@ BatchMix layout(const Bench& bench, int gpus, int per_gpu) {
   mix.sim.devices = gpus;
   mix.kernel_ms = 2.0;
   mix.depth = 2;
-  mix.seconds = bench.seconds(8.0, 2.0);
+  mix.seconds = bench.seconds(8.0, 1.0);
   static const int kWeights[] = {1, 2, 4, 8};
   for (int gpu = 0; gpu < gpus; ++gpu) {
     for (int i = 0; i < per_gpu; ++i) {

@@ -1,0 +1,74 @@
+// The simgpu execution-log arithmetic behind the share, utilisation and switch figures.
+#include "scenarios.h"
+#include "simlog.h"
+
+#include <gtest/gtest.h>
+
+namespace quanta::bench {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+TEST(SimLog, ParsesSlicesAndCountsMalformedLines) {
+  SimLog log = parse_sim_log(
+      "slice 0 1 100 1000 2000\n"
+      "garbage line\n"
+      "slice 0 2 200 2050 3000\n"
+      "slice 0 2 200 5000 4000\n");  // ends before it starts
+  ASSERT_EQ(log.slices.size(), 2u);
+  EXPECT_EQ(log.malformed_lines, 2u);
+  EXPECT_EQ(log.slices[1].pid, 200);
+  EXPECT_EQ(log.slices[1].start_ns, 2050u);
+}
+
+TEST(SimLog, BusyTimeIsClippedToTheWindow) {
+  SimLog log = parse_sim_log("slice 0 1 100 0 10000000\nslice 0 2 200 10000000 20000000\n");
+  auto busy = busy_ns_by_pid(log, Window{5 * kMs, 15 * kMs});
+  EXPECT_EQ(busy[100], 5 * kMs);
+  EXPECT_EQ(busy[200], 5 * kMs);
+  EXPECT_DOUBLE_EQ(utilization(log, Window{5 * kMs, 25 * kMs}), 0.75);
+}
+
+TEST(SimLog, SwitchesCountProcessChangesAndTheirIdleGaps) {
+  SimLog log = parse_sim_log(
+      "slice 0 1 100 0 1000000\n"
+      "slice 0 1 100 1000000 2000000\n"    // same process: no switch
+      "slice 0 2 200 2050000 3000000\n"    // 50 us gap
+      "slice 1 3 300 0 3000000\n");        // other device: never a switch with device 0
+  auto changes = switches(log, Window{0, 10 * kMs});
+  ASSERT_EQ(changes.size(), 1u);
+  EXPECT_EQ(changes[0].from, 100);
+  EXPECT_EQ(changes[0].to, 200);
+  EXPECT_EQ(changes[0].gap_ns, 50'000u);
+}
+
+TEST(Shares, ErrorIsTheWorstDistanceFromTheWeightedTargetInPoints) {
+  // Equal device time for weights 1:1:2 (targets 25/25/50 %): the weight-2 tenant is
+  // 50 - 33.3 = 16.7 points short.
+  SimLog log = parse_sim_log("slice 0 1 1 0 1000000\nslice 0 2 2 1000000 2000000\nslice 0 3 3 2000000 3000000\n");
+  std::vector<ShareTenant> tenants = {{1, 1, 0, {}}, {2, 1, 0, {}}, {3, 2, 0, {}}};
+  Shares shares = measure_shares(tenants, &log, Window{0, 3 * kMs}, 1);
+  ASSERT_TRUE(shares.max_share_error_pp);
+  EXPECT_NEAR(*shares.max_share_error_pp, 50.0 - 100.0 / 3, 0.01);
+  EXPECT_NEAR(*shares.utilization, 1.0, 1e-9);
+  EXPECT_EQ(shares.tenants[2]["target_share"].get<double>(), 0.5);
+}
+
+TEST(Shares, TargetsAreComputedPerDevice) {
+  SimLog log = parse_sim_log("slice 0 1 1 0 1000000\nslice 1 2 2 0 1000000\n");
+  std::vector<ShareTenant> tenants = {{1, 1, 0, {}}, {2, 4, 1, {}}};
+  Shares shares = measure_shares(tenants, &log, Window{0, kMs}, 2);
+  EXPECT_NEAR(*shares.max_share_error_pp, 0.0, 1e-9);  // each alone on its device
+  EXPECT_NEAR(*shares.utilization, 1.0, 1e-9);
+}
+
+TEST(Shares, WithoutALogTheTenantsKernelSecondsCount) {
+  std::vector<ShareTenant> tenants = {{1, 1, 0, 1.0}, {2, 3, 0, 3.0}};
+  Shares shares = measure_shares(tenants, nullptr, Window{}, 1);
+  EXPECT_EQ(shares.source, "tenant reports");
+  EXPECT_NEAR(*shares.max_share_error_pp, 0.0, 1e-9);
+  EXPECT_FALSE(shares.utilization);
+}
+
+}  // namespace
+}  // namespace quanta::bench
