@@ -66,27 +66,35 @@ TEST(PodLedger, CapLoweredBelowUsageLeavesNoRoomAndNoUnderflow) {
 }
 
 TEST(PodLedger, RacingThreadsNeverPassTheCap) {
+  // Every reservation is 60 bytes under a 100-byte cap: only one can be held at a time,
+  // so two threads passing a check-then-add together show up at once as 120.
   Words w;
-  constexpr uint64_t kCap = 1000;
+  constexpr uint64_t kCap = 100;
   w.cap = kCap;
-  std::atomic<uint64_t> held{0}, max_held{0};
+  std::atomic<uint64_t> max_used{0};
+  std::atomic<uint64_t> denials{0};
+  std::atomic<int> ready{0};
   std::vector<std::thread> threads;
-  for (int t = 0; t < 8; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < 20000; ++i) {
-        const uint64_t bytes = 1 + (i * 7 + t) % 97;
-        if (!PodLedger::try_reserve(w.account(), bytes)) continue;
-        const uint64_t now = held.fetch_add(bytes) + bytes;
-        uint64_t seen = max_held.load();
-        while (seen < now && !max_held.compare_exchange_weak(seen, now)) {
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      ready++;
+      while (ready.load() < 4) std::this_thread::yield();
+      for (int i = 0; i < 200000; ++i) {
+        if (!PodLedger::try_reserve(w.account(), 60)) {
+          denials++;
+          continue;
         }
-        held.fetch_sub(bytes);
-        PodLedger::release(w.account(), bytes);
+        const uint64_t now = w.pod_used.load();
+        uint64_t seen = max_used.load();
+        while (seen < now && !max_used.compare_exchange_weak(seen, now)) {
+        }
+        PodLedger::release(w.account(), 60);
       }
     });
   }
   for (auto& thread : threads) thread.join();
-  EXPECT_LE(max_held.load(), kCap);
+  EXPECT_LE(max_used.load(), kCap);
+  EXPECT_GT(denials.load(), 0u) << "the threads never contended";
   EXPECT_EQ(w.pod_used, 0u);
 }
 
