@@ -7,7 +7,8 @@
  *   devices    usage is charged to the device's UUID, not to ordinal 0
  *   paths      direct calls, dlsym and cuGetProcAddress (old/new version, per-thread flag)
  *              all reach the ledger and the launch gate
- *   disabled   QUANTA_DISABLE=1: no charge, no gate */
+ *   disabled   QUANTA_DISABLE=1: no charge, no gate
+ *   managed-uncounted  QUANTA_COUNT_MANAGED=0: managed memory is not charged */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
@@ -439,6 +440,20 @@ static void paths(void) {
         "gate calls were not all made on the device's own context");
 }
 
+static void managed_uncounted(void) {
+  /* QUANTA_COUNT_MANAGED=0: managed memory passes uncounted, device memory still counts. */
+  make_context(0);
+  const uint64_t base = used();
+  CUdeviceptr managed = 0, device_memory = 0;
+  CHECK_CU(cuMemAllocManaged(&managed, 8 * MiB, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_CHARGE(base, 0, "cuMemAllocManaged with QUANTA_COUNT_MANAGED=0");
+  CHECK_CU(cuMemAlloc_v2(&device_memory, 2 * MiB));
+  EXPECT_CHARGE(base, 2 * MiB, "cuMemAlloc_v2 with QUANTA_COUNT_MANAGED=0");
+  CHECK_CU(cuMemFree_v2(managed));
+  CHECK_CU(cuMemFree_v2(device_memory));
+  EXPECT_RETURNED(base, "both frees");
+}
+
 static void disabled(void) {
   make_context(0);
   CUdeviceptr p = 0;
@@ -457,7 +472,7 @@ static void disabled(void) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s families|overcap|views|untracked|devices|paths|disabled\n", argv[0]);
+    fprintf(stderr, "usage: %s families|overcap|views|untracked|devices|paths|disabled|managed-uncounted\n", argv[0]);
     return 2;
   }
   ledger = probe_ledger();
@@ -470,6 +485,7 @@ int main(int argc, char** argv) {
   else if (!strcmp(mode, "devices")) devices();
   else if (!strcmp(mode, "paths")) paths();
   else if (!strcmp(mode, "disabled")) disabled();
+  else if (!strcmp(mode, "managed-uncounted")) managed_uncounted();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;
