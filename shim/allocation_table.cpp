@@ -19,9 +19,13 @@ AllocationTable g_table;
 
 }  // namespace
 
-AllocationTable& AllocationTable::instance() noexcept { return g_table; }
+AllocationTable& AllocationTable::instance() noexcept {
+  return g_table;
+}
 
-AllocationTable::Slot* AllocationTable::slots() const noexcept { return slots_.load(std::memory_order_acquire); }
+AllocationTable::Slot* AllocationTable::slots() const noexcept {
+  return slots_.load(std::memory_order_acquire);
+}
 
 AllocationTable::Slot* AllocationTable::map_slots() noexcept {
   if (Slot* table = slots()) return table;
@@ -30,8 +34,10 @@ AllocationTable::Slot* AllocationTable::map_slots() noexcept {
     void* memory = mmap(nullptr, sizeof(Slot) * kCapacity, PROT_READ | PROT_WRITE,
                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (memory == MAP_FAILED) {
-      QUANTA_LOG_ERROR("cannot map the allocation table (%zu bytes): allocations will be charged but not returned on free",
-                       sizeof(Slot) * kCapacity);
+      QUANTA_LOG_ERROR(
+          "cannot map the allocation table (%zu bytes): allocations will be charged but not "
+          "returned on free",
+          sizeof(Slot) * kCapacity);
       map_state_.store(3, std::memory_order_release);
       return nullptr;
     }
@@ -53,14 +59,17 @@ uint32_t AllocationTable::wait_not_busy(const Slot& slot) noexcept {
   uint32_t seen = slot.state.load(std::memory_order_acquire);
   for (int spins = 0; (seen & 0xff) == kBusy; ++spins) {
     // The writer is inside a handful of stores; yield if it was preempted there.
-    if (spins < 64) cpu_relax();
-    else sched_yield();
+    if (spins < 64)
+      cpu_relax();
+    else
+      sched_yield();
     seen = slot.state.load(std::memory_order_acquire);
   }
   return seen;
 }
 
-bool AllocationTable::insert(Resource resource, uint64_t key, const Allocation& allocation) noexcept {
+bool AllocationTable::insert(Resource resource, uint64_t key,
+                             const Allocation& allocation) noexcept {
   Slot* table = map_slots();
   if (!table) return false;
   if (live_.fetch_add(1, std::memory_order_relaxed) >= kMaxLive) {
@@ -73,7 +82,8 @@ bool AllocationTable::insert(Resource resource, uint64_t key, const Allocation& 
     uint32_t seen = slot.state.load(std::memory_order_acquire);
     const uint32_t state = seen & 0xff;
     if (state != kEmpty && state != kTombstone) continue;
-    if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire, std::memory_order_relaxed))
+    if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
+                                            std::memory_order_relaxed))
       continue;  // someone else took it first; keep probing
     slot.key = key;
     slot.bytes = allocation.bytes;
@@ -87,7 +97,8 @@ bool AllocationTable::insert(Resource resource, uint64_t key, const Allocation& 
 }
 
 bool AllocationTable::take(Slot& slot, uint32_t seen, Allocation* out) noexcept {
-  if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire, std::memory_order_relaxed))
+  if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
+                                          std::memory_order_relaxed))
     return false;
   if (out) *out = Allocation{slot.bytes, slot.device, slot.context};
   slot.state.store(kTombstone, std::memory_order_release);

@@ -13,14 +13,14 @@ namespace quanta::shim {
 // Resource kinds live in separate key spaces (a CUarray and a device pointer may be
 // numerically equal).
 enum class Resource : uint8_t {
-  device_memory = 1,   // cuMemAlloc*, pitch, managed, async and pool allocations
-  generic_handle,      // cuMemCreate handles
-  array,               // cuArrayCreate, cuArray3DCreate
-  mipmapped_array,     // cuMipmappedArrayCreate
-  context,             // per-context overhead (cuCtxCreate, primary retain)
-  graph_pending,       // bytes of a graph's memory-alloc nodes (not charged yet)
-  graph_exec,          // charged at instantiation, returned at cuGraphExecDestroy
-  memory_pool,         // cuMemPoolCreate: the pool's device, or kHostDevice
+  device_memory = 1,  // cuMemAlloc*, pitch, managed, async and pool allocations
+  generic_handle,     // cuMemCreate handles
+  array,              // cuArrayCreate, cuArray3DCreate
+  mipmapped_array,    // cuMipmappedArrayCreate
+  context,            // per-context overhead (cuCtxCreate, primary retain)
+  graph_pending,      // bytes of a graph's memory-alloc nodes (not charged yet)
+  graph_exec,         // charged at instantiation, returned at cuGraphExecDestroy
+  memory_pool,        // cuMemPoolCreate: the pool's device, or kHostDevice
 };
 
 // Device value recorded for pools whose memory is not device memory.
@@ -34,7 +34,7 @@ struct Allocation {
 
 class AllocationTable {
  public:
-  static constexpr uint32_t kCapacity = 1u << 18;      // slots (8 MiB mapping, touched lazily)
+  static constexpr uint32_t kCapacity = 1u << 18;  // slots (8 MiB mapping, touched lazily)
   static constexpr uint32_t kMaxLive = kCapacity / 4 * 3;
 
   // The process-wide table. Maps its memory at the first insert, never before.
@@ -77,7 +77,9 @@ class AllocationTable {
   Slot* slots() const noexcept;
   Slot* map_slots() noexcept;
   static uint32_t home(Resource resource, uint64_t key) noexcept;
-  static uint32_t full_word(Resource resource) noexcept { return kFull | (static_cast<uint32_t>(resource) << 8); }
+  static uint32_t full_word(Resource resource) noexcept {
+    return kFull | (static_cast<uint32_t>(resource) << 8);
+  }
   static uint32_t wait_not_busy(const Slot& slot) noexcept;
   bool take(Slot& slot, uint32_t seen, Allocation* out) noexcept;
 

@@ -43,8 +43,10 @@ void Charge::commit(Resource resource, uint64_t key, CUcontext context) noexcept
   if (!AllocationTable::instance().insert(resource, key, Allocation{bytes_, device_, context})) {
     // Keep the charge: over-counting is the safe side of a cap.
     if (!g_table_full_reported.exchange(true))
-      QUANTA_LOG_WARN("allocation table full (%u live entries): further allocations stay charged after their free",
-                      AllocationTable::instance().live());
+      QUANTA_LOG_WARN(
+          "allocation table full (%u live entries): further allocations stay charged after their "
+          "free",
+          AllocationTable::instance().live());
   }
 }
 
@@ -55,9 +57,8 @@ void refund(const Allocation& allocation) noexcept {
 }
 
 void forget_context_allocations(CUcontext context) noexcept {
-  AllocationTable::instance().remove_context(context, [](Resource, uint64_t, const Allocation& allocation) {
-    refund(allocation);
-  });
+  AllocationTable::instance().remove_context(
+      context, [](Resource, uint64_t, const Allocation& allocation) { refund(allocation); });
   link_forget_context(context);
 }
 

@@ -65,7 +65,8 @@ bool device_with_uuid(const CUuuid& uuid, CUdevice* device) noexcept {
   for (int ordinal = 0; ordinal < devices; ++ordinal) {
     CUdevice candidate = 0;
     CUuuid candidate_uuid;
-    if (get(&candidate, ordinal) != CUDA_SUCCESS || !device_uuid(candidate, &candidate_uuid)) continue;
+    if (get(&candidate, ordinal) != CUDA_SUCCESS || !device_uuid(candidate, &candidate_uuid))
+      continue;
     if (!memcmp(candidate_uuid.bytes, uuid.bytes, sizeof uuid.bytes)) {
       *device = candidate;
       return true;
@@ -91,8 +92,9 @@ bool parse_uuid(const char* text, CUuuid* uuid) noexcept {
 
 void format_uuid(const CUuuid& uuid, const char* prefix, char* out, size_t capacity) noexcept {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-  snprintf(out, capacity, "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix, b[0],
-           b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+  snprintf(out, capacity, "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+           prefix, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+           b[13], b[14], b[15]);
 }
 
 }  // namespace quanta::shim

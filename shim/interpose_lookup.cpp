@@ -75,8 +75,10 @@ CUresult proc_address(const char* symbol, void** pfn, cuuint64_t flags, Call&& r
   if (void* wrapper = wrapper_for_real_entry(*pfn, symbol, flags)) {
     *pfn = wrapper;
   } else if (symbol && find_interposed_cuda(symbol)) {
-    QUANTA_LOG_WARN("cuGetProcAddress(\"%s\") returned an entry that is no exported variant the shim wraps; passing it through",
-                    symbol);
+    QUANTA_LOG_WARN(
+        "cuGetProcAddress(\"%s\") returned an entry that is no exported variant the shim wraps; "
+        "passing it through",
+        symbol);
   }
   return result;
 }
@@ -94,7 +96,9 @@ const Interposed* find_interposed_cuda(const char* name) noexcept {
   return nullptr;
 }
 
-bool shim_disabled() noexcept { return options().disabled; }
+bool shim_disabled() noexcept {
+  return options().disabled;
+}
 
 CUresult driver_entry_missing(const char* name) noexcept {
   QUANTA_LOG_ERROR("the real CUDA driver does not provide %s (is libcuda.so.1 installed?)", name);
@@ -103,17 +107,20 @@ CUresult driver_entry_missing(const char* name) noexcept {
 
 }  // namespace quanta::shim
 
-QUANTA_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+QUANTA_EXPORT CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
+                                                cuuint64_t flags) {
   auto real = QUANTA_REAL(cuGetProcAddress);
   if (!real) return driver_entry_missing("cuGetProcAddress");
   return proc_address(symbol, pfn, flags, [&] { return real(symbol, pfn, cudaVersion, flags); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                                                  CUdriverProcAddressQueryResult* symbolStatus) {
+QUANTA_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
+                                                   cuuint64_t flags,
+                                                   CUdriverProcAddressQueryResult* symbolStatus) {
   auto real = QUANTA_REAL(cuGetProcAddress_v2);
   if (!real) return driver_entry_missing("cuGetProcAddress_v2");
-  return proc_address(symbol, pfn, flags, [&] { return real(symbol, pfn, cudaVersion, flags, symbolStatus); });
+  return proc_address(symbol, pfn, flags,
+                      [&] { return real(symbol, pfn, cudaVersion, flags, symbolStatus); });
 }
 
 // ---- dlsym ------------------------------------------------------------------------------
@@ -125,20 +132,24 @@ __attribute__((visibility("hidden"))) void* quanta_dlsym_next = nullptr;
 
 // Decides one dlsym call. Returns the wrapper to answer with, or nullptr to let glibc
 // answer (the trampoline then jumps to quanta_dlsym_next with the original arguments).
-extern "C" __attribute__((visibility("hidden"))) void* quanta_dlsym_decide(void* handle, const char* name,
+extern "C" __attribute__((visibility("hidden"))) void* quanta_dlsym_decide(void* handle,
+                                                                           const char* name,
                                                                            const void* caller) {
   if (!quanta_dlsym_next) quanta_dlsym_next = real_dlsym_function();
-  if (t_resolving || !name || handle == RTLD_DEFAULT || handle == RTLD_NEXT || shim_disabled()) return nullptr;
+  if (t_resolving || !name || handle == RTLD_DEFAULT || handle == RTLD_NEXT || shim_disabled())
+    return nullptr;
   const bool is_cuda = name[0] == 'c' && name[1] == 'u';
   const Interposed* entry = is_cuda ? find_interposed_cuda(name) : find_interposed_nvml(name);
   if (!entry) return nullptr;
   t_resolving = true;  // dladdr/dlopen below must not come back here
   void* answer = nullptr;
   const ObjectKind asking = object_of(caller);
-  if (asking != ObjectKind::cuda_driver && asking != ObjectKind::nvml && asking != ObjectKind::shim) {
+  if (asking != ObjectKind::cuda_driver && asking != ObjectKind::nvml &&
+      asking != ObjectKind::shim) {
     void* found = real_dlsym(handle, name);
     const ObjectKind owner = found ? object_of(found) : ObjectKind::other;
-    if ((is_cuda && owner == ObjectKind::cuda_driver) || (!is_cuda && owner == ObjectKind::nvml)) answer = entry->wrapper;
+    if ((is_cuda && owner == ObjectKind::cuda_driver) || (!is_cuda && owner == ObjectKind::nvml))
+      answer = entry->wrapper;
   }
   t_resolving = false;
   return answer;

@@ -20,7 +20,9 @@ using namespace quanta::shim;
 
 namespace {
 
-inline uint64_t key_of(const void* handle) { return reinterpret_cast<uintptr_t>(handle); }
+inline uint64_t key_of(const void* handle) {
+  return reinterpret_cast<uintptr_t>(handle);
+}
 
 // The device and context an allocation made now belongs to (the current context's).
 struct Target {
@@ -38,7 +40,8 @@ Target current_target() noexcept {
 // Reserve, call the driver, then commit or cancel. `call` makes the real call; `key`
 // reads the new pointer or handle after it succeeded.
 template <typename Call, typename Key>
-CUresult counted_call(const Target& target, uint64_t bytes, Resource resource, Call&& call, Key&& key) noexcept {
+CUresult counted_call(const Target& target, uint64_t bytes, Resource resource, Call&& call,
+                      Key&& key) noexcept {
   if (!target.known) return call();  // no context: the driver will refuse, nothing to count
   Charge charge;
   if (!charge.reserve(target.device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -53,7 +56,8 @@ CUresult counted_call(const Target& target, uint64_t bytes, Resource resource, C
 
 // cuMemAlloc-like: `bytes` on the current context's device, keyed by the returned pointer.
 template <typename Real, typename Pointer, typename... Args>
-CUresult device_alloc(const char* name, Real real, Pointer* dptr, uint64_t bytes, Args... args) noexcept {
+CUresult device_alloc(const char* name, Real real, Pointer* dptr, uint64_t bytes,
+                      Args... args) noexcept {
   if (!real) return driver_entry_missing(name);
   if (shim_disabled()) return real(dptr, args...);
   return counted_call(
@@ -64,14 +68,15 @@ CUresult device_alloc(const char* name, Real real, Pointer* dptr, uint64_t bytes
 // cuMemAllocPitch: the pitch is known only after the call, so reserve width × height,
 // then the padding; if the padding does not fit, free again and refuse.
 template <typename Real, typename Free, typename Pointer, typename Size>
-CUresult pitch_alloc(const char* name, Real real, Free real_free, Pointer* dptr, Size* pitch, Size width, Size height,
-                     unsigned int element_bytes) noexcept {
+CUresult pitch_alloc(const char* name, Real real, Free real_free, Pointer* dptr, Size* pitch,
+                     Size width, Size height, unsigned int element_bytes) noexcept {
   if (!real) return driver_entry_missing(name);
   if (shim_disabled()) return real(dptr, pitch, width, height, element_bytes);
   const Target target = current_target();
   if (!target.known) return real(dptr, pitch, width, height, element_bytes);
   Charge charge;
-  if (!charge.reserve(target.device, static_cast<uint64_t>(width) * height)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!charge.reserve(target.device, static_cast<uint64_t>(width) * height))
+    return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = real(dptr, pitch, width, height, element_bytes);
   if (result != CUDA_SUCCESS) {
     charge.cancel();
@@ -113,19 +118,23 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize)
   return device_alloc("cuMemAlloc_v2", QUANTA_REAL(cuMemAlloc_v2), dptr, bytesize, bytesize);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
-                                              unsigned int Height, unsigned int ElementSizeBytes) {
-  return pitch_alloc("cuMemAllocPitch", QUANTA_REAL(cuMemAllocPitch), QUANTA_REAL(cuMemFree), dptr, pPitch,
-                     WidthInBytes, Height, ElementSizeBytes);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch,
+                                               unsigned int WidthInBytes, unsigned int Height,
+                                               unsigned int ElementSizeBytes) {
+  return pitch_alloc("cuMemAllocPitch", QUANTA_REAL(cuMemAllocPitch), QUANTA_REAL(cuMemFree), dptr,
+                     pPitch, WidthInBytes, Height, ElementSizeBytes);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
-                                                 size_t Height, unsigned int ElementSizeBytes) {
-  return pitch_alloc("cuMemAllocPitch_v2", QUANTA_REAL(cuMemAllocPitch_v2), QUANTA_REAL(cuMemFree_v2), dptr, pPitch,
-                     WidthInBytes, Height, ElementSizeBytes);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch,
+                                                  size_t WidthInBytes, size_t Height,
+                                                  unsigned int ElementSizeBytes) {
+  return pitch_alloc("cuMemAllocPitch_v2", QUANTA_REAL(cuMemAllocPitch_v2),
+                     QUANTA_REAL(cuMemFree_v2), dptr, pPitch, WidthInBytes, Height,
+                     ElementSizeBytes);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
+                                                 unsigned int flags) {
   auto real = QUANTA_REAL(cuMemAllocManaged);
   if (real && !options().count_managed) return real(dptr, bytesize, flags);
   return device_alloc("cuMemAllocManaged", real, dptr, bytesize, bytesize, flags);
@@ -144,12 +153,16 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 
 // ---- Stream-ordered allocations and pools -----------------------------------------------
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return device_alloc("cuMemAllocAsync", QUANTA_REAL(cuMemAllocAsync), dptr, bytesize, bytesize, hStream);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
+                                               CUstream hStream) {
+  return device_alloc("cuMemAllocAsync", QUANTA_REAL(cuMemAllocAsync), dptr, bytesize, bytesize,
+                      hStream);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return device_alloc("cuMemAllocAsync_ptsz", QUANTA_REAL(cuMemAllocAsync_ptsz), dptr, bytesize, bytesize, hStream);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                    CUstream hStream) {
+  return device_alloc("cuMemAllocAsync_ptsz", QUANTA_REAL(cuMemAllocAsync_ptsz), dptr, bytesize,
+                      bytesize, hStream);
 }
 
 namespace {
@@ -158,8 +171,8 @@ namespace {
 // a host location are not counted; unknown pools (device default pools) are the current
 // device's.
 template <typename Real>
-CUresult pool_alloc(const char* name, Real real, CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                    CUstream stream) noexcept {
+CUresult pool_alloc(const char* name, Real real, CUdeviceptr* dptr, size_t bytesize,
+                    CUmemoryPool pool, CUstream stream) noexcept {
   if (!real) return driver_entry_missing(name);
   if (shim_disabled()) return real(dptr, bytesize, pool, stream);
   Target target = current_target();
@@ -175,15 +188,16 @@ CUresult pool_alloc(const char* name, Real real, CUdeviceptr* dptr, size_t bytes
 
 }  // namespace
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                      CUstream hStream) {
-  return pool_alloc("cuMemAllocFromPoolAsync", QUANTA_REAL(cuMemAllocFromPoolAsync), dptr, bytesize, pool, hStream);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
+                                                       CUmemoryPool pool, CUstream hStream) {
+  return pool_alloc("cuMemAllocFromPoolAsync", QUANTA_REAL(cuMemAllocFromPoolAsync), dptr, bytesize,
+                    pool, hStream);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                           CUstream hStream) {
-  return pool_alloc("cuMemAllocFromPoolAsync_ptsz", QUANTA_REAL(cuMemAllocFromPoolAsync_ptsz), dptr, bytesize, pool,
-                    hStream);
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                            CUmemoryPool pool, CUstream hStream) {
+  return pool_alloc("cuMemAllocFromPoolAsync_ptsz", QUANTA_REAL(cuMemAllocFromPoolAsync_ptsz), dptr,
+                    bytesize, pool, hStream);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
@@ -200,27 +214,32 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hS
   return free_tracked(Resource::device_memory, dptr, [&] { return real(dptr, hStream); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+QUANTA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool,
+                                               const CUmemPoolProps* poolProps) {
   auto real = QUANTA_REAL(cuMemPoolCreate);
   if (!real) return driver_entry_missing("cuMemPoolCreate");
   const CUresult result = real(pool, poolProps);
   if (result != CUDA_SUCCESS || shim_disabled() || !poolProps) return result;
-  const bool device_memory = poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-                             (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_MANAGED || options().count_managed);
-  AllocationTable::instance().insert(Resource::memory_pool, key_of(*pool),
-                                     Allocation{0, device_memory ? poolProps->location.id : kHostDevice, nullptr});
+  const bool device_memory =
+      poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
+      (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_MANAGED || options().count_managed);
+  AllocationTable::instance().insert(
+      Resource::memory_pool, key_of(*pool),
+      Allocation{0, device_memory ? poolProps->location.id : kHostDevice, nullptr});
   return result;
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
-  return handle_free("cuMemPoolDestroy", QUANTA_REAL(cuMemPoolDestroy), Resource::memory_pool, pool);
+  return handle_free("cuMemPoolDestroy", QUANTA_REAL(cuMemPoolDestroy), Resource::memory_pool,
+                     pool);
 }
 
 // ---- Virtual memory management ----------------------------------------------------------
 
 // Only device locations are GPU memory; host and host-NUMA handles pass uncounted.
 QUANTA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                          const CUmemAllocationProp* prop, unsigned long long flags) {
+                                           const CUmemAllocationProp* prop,
+                                           unsigned long long flags) {
   auto real = QUANTA_REAL(cuMemCreate);
   if (!real) return driver_entry_missing("cuMemCreate");
   if (shim_disabled() || !prop || !handle || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
@@ -251,7 +270,8 @@ uint64_t format_bytes_x2(CUarray_format format) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
     case CU_AD_FORMAT_SIGNED_INT8:
     case CU_AD_FORMAT_UNORM_INT8X1:
-    case CU_AD_FORMAT_SNORM_INT8X1: return 2;
+    case CU_AD_FORMAT_SNORM_INT8X1:
+      return 2;
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF:
@@ -260,14 +280,18 @@ uint64_t format_bytes_x2(CUarray_format format) {
     case CU_AD_FORMAT_UNORM_INT16X1:
     case CU_AD_FORMAT_SNORM_INT16X1:
     case CU_AD_FORMAT_YUY2:
-    case CU_AD_FORMAT_NV16: return 4;
-    case CU_AD_FORMAT_NV12: return 3;
+    case CU_AD_FORMAT_NV16:
+      return 4;
+    case CU_AD_FORMAT_NV12:
+      return 3;
     case CU_AD_FORMAT_P010:
-    case CU_AD_FORMAT_P016: return 6;
+    case CU_AD_FORMAT_P016:
+      return 6;
     case CU_AD_FORMAT_BC1_UNORM:
     case CU_AD_FORMAT_BC1_UNORM_SRGB:
     case CU_AD_FORMAT_BC4_UNORM:
-    case CU_AD_FORMAT_BC4_SNORM: return 1;
+    case CU_AD_FORMAT_BC4_SNORM:
+      return 1;
     case CU_AD_FORMAT_BC2_UNORM:
     case CU_AD_FORMAT_BC2_UNORM_SRGB:
     case CU_AD_FORMAT_BC3_UNORM:
@@ -277,14 +301,18 @@ uint64_t format_bytes_x2(CUarray_format format) {
     case CU_AD_FORMAT_BC6H_UF16:
     case CU_AD_FORMAT_BC6H_SF16:
     case CU_AD_FORMAT_BC7_UNORM:
-    case CU_AD_FORMAT_BC7_UNORM_SRGB: return 2;
+    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+      return 2;
     case CU_AD_FORMAT_UNORM_INT8X4:
     case CU_AD_FORMAT_SNORM_INT8X4:
     case CU_AD_FORMAT_UNORM_INT16X2:
-    case CU_AD_FORMAT_SNORM_INT16X2: return 8;
+    case CU_AD_FORMAT_SNORM_INT16X2:
+      return 8;
     case CU_AD_FORMAT_UNORM_INT16X4:
-    case CU_AD_FORMAT_SNORM_INT16X4: return 16;
-    default: return 8;  // 32-bit formats and anything newer: 4 bytes
+    case CU_AD_FORMAT_SNORM_INT16X4:
+      return 16;
+    default:
+      return 8;  // 32-bit formats and anything newer: 4 bytes
   }
 }
 
@@ -298,14 +326,18 @@ bool format_counts_channels(CUarray_format format) {
     case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_HALF:
-    case CU_AD_FORMAT_FLOAT: return true;
-    default: return false;
+    case CU_AD_FORMAT_FLOAT:
+      return true;
+    default:
+      return false;
   }
 }
 
-uint64_t array_bytes(uint64_t width, uint64_t height, uint64_t depth, CUarray_format format, unsigned channels) {
+uint64_t array_bytes(uint64_t width, uint64_t height, uint64_t depth, CUarray_format format,
+                     unsigned channels) {
   const uint64_t texels = width * (height ? height : 1) * (depth ? depth : 1);
-  const uint64_t per_texel_x2 = format_bytes_x2(format) * (format_counts_channels(format) && channels ? channels : 1);
+  const uint64_t per_texel_x2 =
+      format_bytes_x2(format) * (format_counts_channels(format) && channels ? channels : 1);
   return (texels * per_texel_x2 + 1) / 2;
 }
 
@@ -324,67 +356,78 @@ uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR& desc, unsigned levels) {
 }
 
 template <typename Real, typename Handle, typename Descriptor>
-CUresult array_create(const char* name, Real real, Resource resource, Handle* handle, const Descriptor* desc,
-                      uint64_t bytes) noexcept {
+CUresult array_create(const char* name, Real real, Resource resource, Handle* handle,
+                      const Descriptor* desc, uint64_t bytes) noexcept {
   if (!real) return driver_entry_missing(name);
   if (shim_disabled() || !handle || !desc) return real(handle, desc);
   return counted_call(
-      current_target(), bytes, resource, [&] { return real(handle, desc); }, [&] { return key_of(*handle); });
+      current_target(), bytes, resource, [&] { return real(handle, desc); },
+      [&] { return key_of(*handle); });
 }
 
 }  // namespace
 
-QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR_v1* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-                                                      pAllocateArray->Format, pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArrayCreate", QUANTA_REAL(cuArrayCreate), Resource::array, pHandle, pAllocateArray, bytes);
-}
-
-QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-                                                      pAllocateArray->Format, pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArrayCreate_v2", QUANTA_REAL(cuArrayCreate_v2), Resource::array, pHandle, pAllocateArray,
-                      bytes);
-}
-
-QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-                                                      pAllocateArray->Depth, pAllocateArray->Format,
-                                                      pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArray3DCreate", QUANTA_REAL(cuArray3DCreate), Resource::array, pHandle, pAllocateArray,
-                      bytes);
-}
-
-QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-                                                      pAllocateArray->Depth, pAllocateArray->Format,
-                                                      pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArray3DCreate_v2", QUANTA_REAL(cuArray3DCreate_v2), Resource::array, pHandle,
+QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate(CUarray* pHandle,
+                                             const CUDA_ARRAY_DESCRIPTOR_v1* pAllocateArray) {
+  const uint64_t bytes = pAllocateArray
+                             ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
+                                           pAllocateArray->Format, pAllocateArray->NumChannels)
+                             : 0;
+  return array_create("cuArrayCreate", QUANTA_REAL(cuArrayCreate), Resource::array, pHandle,
                       pAllocateArray, bytes);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray* pHandle,
+                                                const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
+  const uint64_t bytes = pAllocateArray
+                             ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
+                                           pAllocateArray->Format, pAllocateArray->NumChannels)
+                             : 0;
+  return array_create("cuArrayCreate_v2", QUANTA_REAL(cuArrayCreate_v2), Resource::array, pHandle,
+                      pAllocateArray, bytes);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle,
+                                               const CUDA_ARRAY3D_DESCRIPTOR_v1* pAllocateArray) {
+  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
+                                                      pAllocateArray->Depth, pAllocateArray->Format,
+                                                      pAllocateArray->NumChannels)
+                                        : 0;
+  return array_create("cuArray3DCreate", QUANTA_REAL(cuArray3DCreate), Resource::array, pHandle,
+                      pAllocateArray, bytes);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray* pHandle,
+                                                  const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
+  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
+                                                      pAllocateArray->Depth, pAllocateArray->Format,
+                                                      pAllocateArray->NumChannels)
+                                        : 0;
+  return array_create("cuArray3DCreate_v2", QUANTA_REAL(cuArray3DCreate_v2), Resource::array,
+                      pHandle, pAllocateArray, bytes);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
   return handle_free("cuArrayDestroy", QUANTA_REAL(cuArrayDestroy), Resource::array, hArray);
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* pHandle,
-                                                     const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
-                                                     unsigned int numMipmapLevels) {
+QUANTA_EXPORT CUresult CUDAAPI cuMipmappedArrayCreate(
+    CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* pMipmappedArrayDesc,
+    unsigned int numMipmapLevels) {
   auto real = QUANTA_REAL(cuMipmappedArrayCreate);
   if (!real) return driver_entry_missing("cuMipmappedArrayCreate");
-  if (shim_disabled() || !pHandle || !pMipmappedArrayDesc) return real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+  if (shim_disabled() || !pHandle || !pMipmappedArrayDesc)
+    return real(pHandle, pMipmappedArrayDesc, numMipmapLevels);
   return counted_call(
-      current_target(), mipmapped_bytes(*pMipmappedArrayDesc, numMipmapLevels), Resource::mipmapped_array,
-      [&] { return real(pHandle, pMipmappedArrayDesc, numMipmapLevels); }, [&] { return key_of(*pHandle); });
+      current_target(), mipmapped_bytes(*pMipmappedArrayDesc, numMipmapLevels),
+      Resource::mipmapped_array,
+      [&] { return real(pHandle, pMipmappedArrayDesc, numMipmapLevels); },
+      [&] { return key_of(*pHandle); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
-  return handle_free("cuMipmappedArrayDestroy", QUANTA_REAL(cuMipmappedArrayDestroy), Resource::mipmapped_array,
-                     hMipmappedArray);
+  return handle_free("cuMipmappedArrayDestroy", QUANTA_REAL(cuMipmappedArrayDestroy),
+                     Resource::mipmapped_array, hMipmappedArray);
 }
 
 // ---- Graph memory nodes -----------------------------------------------------------------
@@ -413,40 +456,48 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) noexcept {
   target.device = pending.device;
   target.context = current_context();
   target.known = true;
-  return counted_call(target, pending.bytes, Resource::graph_exec, call, [&] { return key_of(*exec); });
+  return counted_call(target, pending.bytes, Resource::graph_exec, call,
+                      [&] { return key_of(*exec); });
 }
 
 }  // namespace
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                     const CUgraphNode* dependencies, size_t numDependencies,
-                                                     CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+                                                      const CUgraphNode* dependencies,
+                                                      size_t numDependencies,
+                                                      CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
   auto real = QUANTA_REAL(cuGraphAddMemAllocNode);
   if (!real) return driver_entry_missing("cuGraphAddMemAllocNode");
   const CUresult result = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-  if (result == CUDA_SUCCESS && nodeParams && !shim_disabled()) note_graph_allocation(hGraph, *nodeParams);
+  if (result == CUDA_SUCCESS && nodeParams && !shim_disabled())
+    note_graph_allocation(hGraph, *nodeParams);
   return result;
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                             const CUgraphNode* dependencies, size_t numDependencies,
-                                             CUgraphNodeParams* nodeParams) {
+                                              const CUgraphNode* dependencies,
+                                              size_t numDependencies,
+                                              CUgraphNodeParams* nodeParams) {
   auto real = QUANTA_REAL(cuGraphAddNode);
   if (!real) return driver_entry_missing("cuGraphAddNode");
   const CUresult result = real(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
-  if (result == CUDA_SUCCESS && nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && !shim_disabled())
+  if (result == CUDA_SUCCESS && nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+      !shim_disabled())
     note_graph_allocation(hGraph, nodeParams->alloc);
   return result;
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph,
-                                                const CUgraphNode* dependencies,
-                                                const CUgraphEdgeData* dependencyData, size_t numDependencies,
-                                                CUgraphNodeParams* nodeParams) {
+                                                 const CUgraphNode* dependencies,
+                                                 const CUgraphEdgeData* dependencyData,
+                                                 size_t numDependencies,
+                                                 CUgraphNodeParams* nodeParams) {
   auto real = QUANTA_REAL(cuGraphAddNode_v2);
   if (!real) return driver_entry_missing("cuGraphAddNode_v2");
-  const CUresult result = real(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
-  if (result == CUDA_SUCCESS && nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && !shim_disabled())
+  const CUresult result =
+      real(phGraphNode, hGraph, dependencies, dependencyData, numDependencies, nodeParams);
+  if (result == CUDA_SUCCESS && nodeParams && nodeParams->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC &&
+      !shim_disabled())
     note_graph_allocation(hGraph, nodeParams->alloc);
   return result;
 }
@@ -460,43 +511,50 @@ QUANTA_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   return result;
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
-                                                 char* logBuffer, size_t bufferSize) {
+QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                  CUgraphNode* phErrorNode, char* logBuffer,
+                                                  size_t bufferSize) {
   auto real = QUANTA_REAL(cuGraphInstantiate);
   if (!real) return driver_entry_missing("cuGraphInstantiate");
-  return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+  return instantiate(phGraphExec, hGraph,
+                     [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                    CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
+                                                     CUgraphNode* phErrorNode, char* logBuffer,
+                                                     size_t bufferSize) {
   auto real = QUANTA_REAL(cuGraphInstantiate_v2);
   if (!real) return driver_entry_missing("cuGraphInstantiate_v2");
-  return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+  return instantiate(phGraphExec, hGraph,
+                     [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                          unsigned long long flags) {
+                                                           unsigned long long flags) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithFlags);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithFlags");
   return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, flags); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                           CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithParams);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithParams");
-  return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, instantiateParams); });
+  return instantiate(phGraphExec, hGraph,
+                     [&] { return real(phGraphExec, hGraph, instantiateParams); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                                CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
+    CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithParams_ptsz);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithParams_ptsz");
-  return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, instantiateParams); });
+  return instantiate(phGraphExec, hGraph,
+                     [&] { return real(phGraphExec, hGraph, instantiateParams); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  return handle_free("cuGraphExecDestroy", QUANTA_REAL(cuGraphExecDestroy), Resource::graph_exec, hGraphExec);
+  return handle_free("cuGraphExecDestroy", QUANTA_REAL(cuGraphExecDestroy), Resource::graph_exec,
+                     hGraphExec);
 }
 
 // ---- Contexts: a fixed overhead each (QUANTA_CONTEXT_OVERHEAD) --------------------------
@@ -531,7 +589,9 @@ constexpr int kPrimaryDevices = 64;
 std::atomic<int> g_primary_retains[kPrimaryDevices];
 std::atomic<CUcontext> g_primary_context[kPrimaryDevices];
 
-bool tracked_primary(CUdevice device) { return device >= 0 && device < kPrimaryDevices; }
+bool tracked_primary(CUdevice device) {
+  return device >= 0 && device < kPrimaryDevices;
+}
 
 template <typename Real>
 CUresult release_primary(const char* name, Real real, CUdevice device) noexcept {
@@ -542,7 +602,8 @@ CUresult release_primary(const char* name, Real real, CUdevice device) noexcept 
   if (before == 1) {
     forget_context_allocations(g_primary_context[device].load(std::memory_order_acquire));
   } else if (before <= 0) {
-    g_primary_retains[device].fetch_add(1, std::memory_order_acq_rel);  // a retain made before the shim saw it
+    g_primary_retains[device].fetch_add(
+        1, std::memory_order_acq_rel);  // a retain made before the shim saw it
   }
   return result;
 }
@@ -559,7 +620,8 @@ CUresult reset_primary(const char* name, Real real, CUdevice device) noexcept {
   forget_context_allocations(context);
   if (g_primary_retains[device].load(std::memory_order_acquire) > 0) {
     Charge charge;
-    if (charge.reserve(device, options().context_overhead_bytes)) charge.commit(Resource::context, key_of(context), context);
+    if (charge.reserve(device, options().context_overhead_bytes))
+      charge.commit(Resource::context, key_of(context), context);
   }
   return result;
 }
@@ -578,15 +640,15 @@ QUANTA_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext* pctx, unsigned int flag
   return create_context(pctx, dev, [&] { return real(pctx, flags, dev); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
-                                             unsigned int flags, CUdevice dev) {
+QUANTA_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray,
+                                              int numParams, unsigned int flags, CUdevice dev) {
   auto real = QUANTA_REAL(cuCtxCreate_v3);
   if (!real) return driver_entry_missing("cuCtxCreate_v3");
   return create_context(pctx, dev, [&] { return real(pctx, paramsArray, numParams, flags, dev); });
 }
 
-QUANTA_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams, unsigned int flags,
-                                             CUdevice dev) {
+QUANTA_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
+                                              unsigned int flags, CUdevice dev) {
   auto real = QUANTA_REAL(cuCtxCreate_v4);
   if (!real) return driver_entry_missing("cuCtxCreate_v4");
   return create_context(pctx, dev, [&] { return real(pctx, ctxCreateParams, flags, dev); });
@@ -628,7 +690,8 @@ QUANTA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev) {
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  return release_primary("cuDevicePrimaryCtxRelease_v2", QUANTA_REAL(cuDevicePrimaryCtxRelease_v2), dev);
+  return release_primary("cuDevicePrimaryCtxRelease_v2", QUANTA_REAL(cuDevicePrimaryCtxRelease_v2),
+                         dev);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev) {

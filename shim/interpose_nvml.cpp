@@ -20,8 +20,9 @@ bool nvml_capped_view(nvmlDevice_t device, MemoryView* view) {
   char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
   CUuuid uuid;
   CUdevice cuda_device;
-  return get_uuid && get_uuid(device, text, sizeof text) == NVML_SUCCESS && parse_uuid(text, &uuid) &&
-         device_with_uuid(uuid, &cuda_device) && capped_view(cuda_device, view);
+  return get_uuid && get_uuid(device, text, sizeof text) == NVML_SUCCESS &&
+         parse_uuid(text, &uuid) && device_with_uuid(uuid, &cuda_device) &&
+         capped_view(cuda_device, view);
 }
 
 void fill(const MemoryView& view, unsigned long long real_free, unsigned long long* total,
@@ -43,7 +44,8 @@ QUANTA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemo
   return result;
 }
 
-QUANTA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+QUANTA_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device,
+                                                      nvmlMemory_v2_t* memory) {
   auto real = QUANTA_REAL_NVML(nvmlDeviceGetMemoryInfo_v2);
   if (!real) return NVML_ERROR_FUNCTION_NOT_FOUND;
   const nvmlReturn_t result = real(device, memory);

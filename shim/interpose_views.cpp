@@ -47,7 +47,8 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemGetInfo(unsigned int* free, unsigned int* to
   const CUresult result = real(free, total);
   CUdevice device;
   MemoryView view;
-  if (result == CUDA_SUCCESS && !shim_disabled() && current_device(&device) && capped_view(device, &view)) {
+  if (result == CUDA_SUCCESS && !shim_disabled() && current_device(&device) &&
+      capped_view(device, &view)) {
     // The legacy call saturates at 4 GiB - 1; ask the 64-bit one for the real free.
     size_t real_free = 0, real_total = 0;
     auto real_v2 = QUANTA_REAL(cuMemGetInfo_v2);
@@ -65,7 +66,8 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   const CUresult result = real(free, total);
   CUdevice device;
   MemoryView view;
-  if (result == CUDA_SUCCESS && !shim_disabled() && current_device(&device) && capped_view(device, &view))
+  if (result == CUDA_SUCCESS && !shim_disabled() && current_device(&device) &&
+      capped_view(device, &view))
     apply_view(view, free, total);
   return result;
 }
@@ -85,6 +87,7 @@ QUANTA_EXPORT CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) 
   if (!real) return driver_entry_missing("cuDeviceTotalMem_v2");
   const CUresult result = real(bytes, dev);
   MemoryView view;
-  if (result == CUDA_SUCCESS && !shim_disabled() && capped_view(dev, &view)) apply_view<size_t>(view, nullptr, bytes);
+  if (result == CUDA_SUCCESS && !shim_disabled() && capped_view(dev, &view))
+    apply_view<size_t>(view, nullptr, bytes);
   return result;
 }

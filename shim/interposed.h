@@ -16,35 +16,46 @@
 
 #include <cuda.h>
 
-#define QUANTA_GATED_LAUNCHES(X)                                                                    \
-  X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)             \
-  X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz) X(cuLaunchCooperativeKernelMultiDevice) \
-  X(cuGraphLaunch) X(cuGraphLaunch_ptsz)                                                            \
-  X(cuMemsetD8) X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds) X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz)   \
-  X(cuMemsetD16) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds) X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz) \
-  X(cuMemsetD32) X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds) X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz) \
-  X(cuMemsetD2D8) X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds) X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz) \
-  X(cuMemsetD2D16) X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds) X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz) \
-  X(cuMemsetD2D32) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds) X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz) \
-  X(cuMemcpyDtoD) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds)                                        \
+// clang-format off
+#define QUANTA_GATED_LAUNCHES(X)                                                            \
+  X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz)    \
+  X(cuLaunchCooperativeKernel) X(cuLaunchCooperativeKernel_ptsz)                            \
+  X(cuLaunchCooperativeKernelMultiDevice) X(cuGraphLaunch) X(cuGraphLaunch_ptsz)            \
+  X(cuMemsetD8) X(cuMemsetD8_v2) X(cuMemsetD8_v2_ptds)                                      \
+  X(cuMemsetD8Async) X(cuMemsetD8Async_ptsz)                                                \
+  X(cuMemsetD16) X(cuMemsetD16_v2) X(cuMemsetD16_v2_ptds)                                   \
+  X(cuMemsetD16Async) X(cuMemsetD16Async_ptsz)                                              \
+  X(cuMemsetD32) X(cuMemsetD32_v2) X(cuMemsetD32_v2_ptds)                                   \
+  X(cuMemsetD32Async) X(cuMemsetD32Async_ptsz)                                              \
+  X(cuMemsetD2D8) X(cuMemsetD2D8_v2) X(cuMemsetD2D8_v2_ptds)                                \
+  X(cuMemsetD2D8Async) X(cuMemsetD2D8Async_ptsz)                                            \
+  X(cuMemsetD2D16) X(cuMemsetD2D16_v2) X(cuMemsetD2D16_v2_ptds)                             \
+  X(cuMemsetD2D16Async) X(cuMemsetD2D16Async_ptsz)                                          \
+  X(cuMemsetD2D32) X(cuMemsetD2D32_v2) X(cuMemsetD2D32_v2_ptds)                             \
+  X(cuMemsetD2D32Async) X(cuMemsetD2D32Async_ptsz)                                          \
+  X(cuMemcpyDtoD) X(cuMemcpyDtoD_v2) X(cuMemcpyDtoD_v2_ptds)                                \
   X(cuMemcpyDtoDAsync) X(cuMemcpyDtoDAsync_v2) X(cuMemcpyDtoDAsync_v2_ptsz)
 
-#define QUANTA_LEDGER_CALLS(X)                                                                      \
-  X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)     \
-  X(cuMemFree) X(cuMemFree_v2)                                                                      \
-  X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz) \
-  X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemPoolCreate) X(cuMemPoolDestroy)                  \
-  X(cuMemCreate) X(cuMemRelease)                                                                    \
-  X(cuArrayCreate) X(cuArrayCreate_v2) X(cuArray3DCreate) X(cuArray3DCreate_v2) X(cuArrayDestroy)  \
-  X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                                              \
-  X(cuGraphAddMemAllocNode) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphDestroy)               \
-  X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags)                    \
-  X(cuGraphInstantiateWithParams) X(cuGraphInstantiateWithParams_ptsz) X(cuGraphExecDestroy)       \
-  X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4) X(cuCtxDestroy) X(cuCtxDestroy_v2) \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)         \
+#define QUANTA_LEDGER_CALLS(X)                                                              \
+  X(cuMemAlloc) X(cuMemAlloc_v2) X(cuMemAllocPitch) X(cuMemAllocPitch_v2)                   \
+  X(cuMemAllocManaged) X(cuMemFree) X(cuMemFree_v2)                                         \
+  X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)                                                \
+  X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)                                \
+  X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemPoolCreate) X(cuMemPoolDestroy)           \
+  X(cuMemCreate) X(cuMemRelease)                                                            \
+  X(cuArrayCreate) X(cuArrayCreate_v2) X(cuArray3DCreate) X(cuArray3DCreate_v2)             \
+  X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                    \
+  X(cuGraphAddMemAllocNode) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphDestroy)        \
+  X(cuGraphInstantiate) X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithFlags)             \
+  X(cuGraphInstantiateWithParams) X(cuGraphInstantiateWithParams_ptsz)                      \
+  X(cuGraphExecDestroy)                                                                     \
+  X(cuCtxCreate) X(cuCtxCreate_v2) X(cuCtxCreate_v3) X(cuCtxCreate_v4)                      \
+  X(cuCtxDestroy) X(cuCtxDestroy_v2)                                                        \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)  \
   X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)
 
-#define QUANTA_VIEW_CALLS(X) X(cuMemGetInfo) X(cuMemGetInfo_v2) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2)
+#define QUANTA_VIEW_CALLS(X) \
+  X(cuMemGetInfo) X(cuMemGetInfo_v2) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2)
 
 #define QUANTA_LOOKUP_CALLS(X) X(cuGetProcAddress) X(cuGetProcAddress_v2)
 
@@ -52,10 +63,11 @@
 
 #define QUANTA_CUDA_INTERPOSED(X) \
   QUANTA_GATED_LAUNCHES(X) QUANTA_LEDGER_CALLS(X) QUANTA_VIEW_CALLS(X) QUANTA_LOOKUP_CALLS(X)
+// clang-format on
 
 // Removed from cuda.h in CUDA 13, still exported by drivers that programs built earlier call.
-extern "C" CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
-                                                                 unsigned int numDevices, unsigned int flags);
+extern "C" CUresult CUDAAPI cuLaunchCooperativeKernelMultiDevice(
+    CUDA_LAUNCH_PARAMS* launchParamsList, unsigned int numDevices, unsigned int flags);
 
 // Wrappers are defined with these: exported, C linkage, default visibility.
 #define QUANTA_EXPORT extern "C" __attribute__((visibility("default")))

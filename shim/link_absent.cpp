@@ -4,7 +4,9 @@
 
 namespace quanta::shim {
 
-bool link_memory_account(CUdevice, MemoryAccount*) { return false; }
+bool link_memory_account(CUdevice, MemoryAccount*) {
+  return false;
+}
 void link_gate_enter(CUcontext) {}
 void link_gate_leave(CUcontext, CUresult) {}
 void link_forget_context(CUcontext) {}

@@ -16,10 +16,14 @@ namespace {
 
 const char* level_name(LogLevel level) {
   switch (level) {
-    case LogLevel::error: return "error";
-    case LogLevel::warn: return "warn";
-    case LogLevel::info: return "info";
-    case LogLevel::debug: return "debug";
+    case LogLevel::error:
+      return "error";
+    case LogLevel::warn:
+      return "warn";
+    case LogLevel::info:
+      return "info";
+    case LogLevel::debug:
+      return "debug";
   }
   return "?";
 }
@@ -33,7 +37,8 @@ bool log_enabled(LogLevel level) noexcept {
 void log_write(LogLevel level, const char* format, ...) noexcept {
   const int saved_errno = errno;  // logging must never change what the caller sees
   char line[512];
-  int used = snprintf(line, sizeof line, "quanta: [%d] %s: ", static_cast<int>(getpid()), level_name(level));
+  int used = snprintf(line, sizeof line, "quanta: [%d] %s: ", static_cast<int>(getpid()),
+                      level_name(level));
   if (used < 0) used = 0;
   va_list args;
   va_start(args, format);

@@ -11,12 +11,13 @@ enum class LogLevel : int { error = 0, warn = 1, info = 2, debug = 3 };
 bool log_enabled(LogLevel level) noexcept;
 
 // Formats into a fixed stack buffer (longer lines are cut) and writes it with write(2).
-void log_write(LogLevel level, const char* format, ...) noexcept __attribute__((format(printf, 2, 3)));
+void log_write(LogLevel level, const char* format, ...) noexcept
+    __attribute__((format(printf, 2, 3)));
 
 }  // namespace quanta::shim
 
-#define QUANTA_LOG(level, ...)                                               \
-  do {                                                                       \
+#define QUANTA_LOG(level, ...)                                                             \
+  do {                                                                                     \
     if (::quanta::shim::log_enabled(level)) ::quanta::shim::log_write(level, __VA_ARGS__); \
   } while (0)
 #define QUANTA_LOG_ERROR(...) QUANTA_LOG(::quanta::shim::LogLevel::error, __VA_ARGS__)

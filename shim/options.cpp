@@ -28,8 +28,13 @@ bool parse_bool(const char* text, bool* value) {
 }
 
 bool parse_level(const char* text, LogLevel* level) {
-  static constexpr struct { const char* name; LogLevel level; } kLevels[] = {
-      {"error", LogLevel::error}, {"warn", LogLevel::warn}, {"info", LogLevel::info}, {"debug", LogLevel::debug}};
+  static constexpr struct {
+    const char* name;
+    LogLevel level;
+  } kLevels[] = {{"error", LogLevel::error},
+                 {"warn", LogLevel::warn},
+                 {"info", LogLevel::info},
+                 {"debug", LogLevel::debug}};
   for (const auto& entry : kLevels) {
     if (!strcmp(text, entry.name)) {
       *level = entry.level;
@@ -61,11 +66,14 @@ void read_environment(Options* out, Rejected (&rejected)[4]) {
     reject("QUANTA_LOG_LEVEL", v, "error, warn, info or debug");
   if (const char* v = getenv("QUANTA_DISABLE"); v && *v && !parse_bool(v, &out->disabled))
     reject("QUANTA_DISABLE", v, "1 or 0");
-  if (const char* v = getenv("QUANTA_COUNT_MANAGED"); v && *v && !parse_bool(v, &out->count_managed))
+  if (const char* v = getenv("QUANTA_COUNT_MANAGED");
+      v && *v && !parse_bool(v, &out->count_managed))
     reject("QUANTA_COUNT_MANAGED", v, "1 or 0");
-  if (const char* v = getenv("QUANTA_CONTEXT_OVERHEAD"); v && *v && !parse_byte_size(v, &out->context_overhead_bytes))
+  if (const char* v = getenv("QUANTA_CONTEXT_OVERHEAD");
+      v && *v && !parse_byte_size(v, &out->context_overhead_bytes))
     reject("QUANTA_CONTEXT_OVERHEAD", v, "bytes, optionally with Ki, Mi, Gi or Ti");
-  if (const char* v = getenv("QUANTA_SOCKET"); v && *v) copy_bounded(out->socket_path, sizeof out->socket_path, v);
+  if (const char* v = getenv("QUANTA_SOCKET"); v && *v)
+    copy_bounded(out->socket_path, sizeof out->socket_path, v);
   if (const char* v = getenv("QUANTA_POD"); v && *v) copy_bounded(out->pod, sizeof out->pod, v);
 }
 
@@ -101,12 +109,18 @@ bool parse_byte_size(const char* text, uint64_t* bytes) noexcept {
     value = value * 10 + digit;
   }
   unsigned shift = 0;
-  if (!strcmp(p, "")) shift = 0;
-  else if (!strcmp(p, "Ki")) shift = 10;
-  else if (!strcmp(p, "Mi")) shift = 20;
-  else if (!strcmp(p, "Gi")) shift = 30;
-  else if (!strcmp(p, "Ti")) shift = 40;
-  else return false;
+  if (!strcmp(p, ""))
+    shift = 0;
+  else if (!strcmp(p, "Ki"))
+    shift = 10;
+  else if (!strcmp(p, "Mi"))
+    shift = 20;
+  else if (!strcmp(p, "Gi"))
+    shift = 30;
+  else if (!strcmp(p, "Ti"))
+    shift = 40;
+  else
+    return false;
   if (shift && value > (UINT64_MAX >> shift)) return false;
   *bytes = value << shift;
   return true;

@@ -9,7 +9,9 @@ void saturating_subtract(std::atomic<uint64_t>* word, uint64_t bytes) {
   uint64_t current = word->load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t next = current > bytes ? current - bytes : 0;
-    if (word->compare_exchange_weak(current, next, std::memory_order_acq_rel, std::memory_order_relaxed)) return;
+    if (word->compare_exchange_weak(current, next, std::memory_order_acq_rel,
+                                    std::memory_order_relaxed))
+      return;
   }
 }
 
@@ -23,7 +25,8 @@ bool PodLedger::try_reserve(const MemoryAccount& account, uint64_t bytes) noexce
     uint64_t next = 0;
     if (__builtin_add_overflow(used, bytes, &next)) return false;
     if (cap != 0 && next > cap) return false;
-    if (account.pod_used->compare_exchange_weak(used, next, std::memory_order_acq_rel, std::memory_order_relaxed))
+    if (account.pod_used->compare_exchange_weak(used, next, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed))
       break;
   }
   if (account.process_used) account.process_used->fetch_add(bytes, std::memory_order_acq_rel);

@@ -53,8 +53,9 @@ void* adopt(RealLibrary& library, void* handle) {
   void* probe = real_dlsym(handle, library.probe_symbol);
   const void* base = base_of(probe);
   if (!probe || base == shim_base()) {
-    QUANTA_LOG_ERROR("%s resolves to libquanta.so itself or lacks %s: refusing it as the real library",
-                     library.soname, library.probe_symbol);
+    QUANTA_LOG_ERROR(
+        "%s resolves to libquanta.so itself or lacks %s: refusing it as the real library",
+        library.soname, library.probe_symbol);
     return nullptr;
   }
   library.base.store(base, std::memory_order_release);
@@ -111,11 +112,19 @@ void* real_dlsym(void* handle, const char* name) noexcept {
   return real ? real(handle, name) : nullptr;  // glibc always has dlsym under its base version
 }
 
-void* real_driver_symbol(const char* name) noexcept { return symbol_in(g_driver, name); }
-void* real_nvml_symbol(const char* name) noexcept { return symbol_in(g_nvml, name); }
+void* real_driver_symbol(const char* name) noexcept {
+  return symbol_in(g_driver, name);
+}
+void* real_nvml_symbol(const char* name) noexcept {
+  return symbol_in(g_nvml, name);
+}
 
-void* loaded_driver_handle() noexcept { return loaded_handle(g_driver); }
-void* loaded_nvml_handle() noexcept { return loaded_handle(g_nvml); }
+void* loaded_driver_handle() noexcept {
+  return loaded_handle(g_driver);
+}
+void* loaded_nvml_handle() noexcept {
+  return loaded_handle(g_nvml);
+}
 
 ObjectKind object_of(const void* address) noexcept {
   Dl_info info{};

@@ -32,7 +32,8 @@ ObjectKind object_of(const void* address) noexcept;
 // Typed, cached access to one real entry: the first call resolves, later calls are one
 // load. Use through QUANTA_REAL / QUANTA_REAL_NVML, which give each name its own cache.
 template <typename Fn>
-inline Fn cached_real(std::atomic<void*>& cache, const char* name, void* (*resolve)(const char*) noexcept) noexcept {
+inline Fn cached_real(std::atomic<void*>& cache, const char* name,
+                      void* (*resolve)(const char*) noexcept) noexcept {
   void* entry = cache.load(std::memory_order_acquire);
   if (__builtin_expect(entry == nullptr, 0)) {
     entry = resolve(name);
@@ -46,11 +47,17 @@ inline Fn cached_real(std::atomic<void*>& cache, const char* name, void* (*resol
 // QUANTA_REAL(cuMemAlloc_v2) is the real driver's cuMemAlloc_v2, typed from cuda.h's
 // prototype of exactly that name (nullptr when absent). Legacy names (cuMemAlloc,
 // cuCtxCreate) need __CUDA_API_VERSION_INTERNAL defined before cuda.h is included.
-#define QUANTA_REAL(fn)                                                                        \
-  (::quanta::shim::cached_real<decltype(&::fn)>(                                               \
-      []() noexcept -> std::atomic<void*>& { static std::atomic<void*> cache{nullptr}; return cache; }(), \
+#define QUANTA_REAL(fn)                           \
+  (::quanta::shim::cached_real<decltype(&::fn)>(  \
+      []() noexcept -> std::atomic<void*>& {      \
+        static std::atomic<void*> cache{nullptr}; \
+        return cache;                             \
+      }(),                                        \
       #fn, &::quanta::shim::real_driver_symbol))
-#define QUANTA_REAL_NVML(fn)                                                                   \
-  (::quanta::shim::cached_real<decltype(&::fn)>(                                               \
-      []() noexcept -> std::atomic<void*>& { static std::atomic<void*> cache{nullptr}; return cache; }(), \
+#define QUANTA_REAL_NVML(fn)                      \
+  (::quanta::shim::cached_real<decltype(&::fn)>(  \
+      []() noexcept -> std::atomic<void*>& {      \
+        static std::atomic<void*> cache{nullptr}; \
+        return cache;                             \
+      }(),                                        \
       #fn, &::quanta::shim::real_nvml_symbol))

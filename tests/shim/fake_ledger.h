@@ -14,7 +14,7 @@ enum { FAKE_SLOT_FREE = 0, FAKE_SLOT_CLAIMING = 1, FAKE_SLOT_READY = 2 };
 
 /* One GPU, keyed by its CUDA UUID (16 bytes). Words are used atomically. */
 struct fake_device_account {
-  uint32_t state;       /* FAKE_SLOT_* */
+  uint32_t state; /* FAKE_SLOT_* */
   uint32_t reserved;
   unsigned char uuid[16];
   uint64_t cap;         /* bytes, 0 = no cap; set from QUANTA_FAKE_CAP when claimed */
@@ -29,7 +29,7 @@ struct fake_ledger {
   uint64_t gate_enters; /* all link_gate_enter calls, whatever the context */
   uint64_t gate_leaves;
   uint64_t forgotten_contexts;
-  uint64_t committed;   /* for test programs: bytes they hold, by their own count */
+  uint64_t committed; /* for test programs: bytes they hold, by their own count */
   uint64_t max_committed;
   uint64_t denials;
   struct fake_device_account devices[FAKE_LEDGER_DEVICES];

@@ -70,7 +70,8 @@ fake_device_account* account_for(fake_ledger* file, const CUuuid& uuid, int* ind
         atomic_at(&slot.state)->store(FAKE_SLOT_READY, std::memory_order_release);
       }
     }
-    while ((state = atomic_at(&slot.state)->load(std::memory_order_acquire)) == FAKE_SLOT_CLAIMING) {
+    while ((state = atomic_at(&slot.state)->load(std::memory_order_acquire)) ==
+           FAKE_SLOT_CLAIMING) {
     }
     if (!memcmp(slot.uuid, uuid.bytes, 16)) {
       *index = i;
@@ -114,14 +115,16 @@ bool link_memory_account(CUdevice device, MemoryAccount* out) {
 void link_gate_enter(CUcontext context) {
   if (fake_ledger* file = ledger()) {
     atomic_at(&file->gate_enters)->fetch_add(1);
-    if (fake_device_account* slot = account_of_context(context)) atomic_at(&slot->gate_enters)->fetch_add(1);
+    if (fake_device_account* slot = account_of_context(context))
+      atomic_at(&slot->gate_enters)->fetch_add(1);
   }
 }
 
 void link_gate_leave(CUcontext context, CUresult) {
   if (fake_ledger* file = ledger()) {
     atomic_at(&file->gate_leaves)->fetch_add(1);
-    if (fake_device_account* slot = account_of_context(context)) atomic_at(&slot->gate_leaves)->fetch_add(1);
+    if (fake_device_account* slot = account_of_context(context))
+      atomic_at(&slot->gate_leaves)->fetch_add(1);
   }
 }
 

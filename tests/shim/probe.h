@@ -20,20 +20,20 @@
 
 static int probe_failures = 0;
 
-#define CHECK(cond, ...)                                                        \
-  do {                                                                          \
-    if (!(cond)) {                                                              \
-      fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond);       \
-      fprintf(stderr, __VA_ARGS__);                                             \
-      fputc('\n', stderr);                                                      \
-      ++probe_failures;                                                         \
-    }                                                                           \
+#define CHECK(cond, ...)                                                  \
+  do {                                                                    \
+    if (!(cond)) {                                                        \
+      fprintf(stderr, "%s:%d: expected %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                       \
+      fputc('\n', stderr);                                                \
+      ++probe_failures;                                                   \
+    }                                                                     \
   } while (0)
 
-#define CHECK_CU(call)                                                          \
-  do {                                                                          \
-    int probe_rc_ = (int)(call);                                                \
-    CHECK(probe_rc_ == 0, "%s returned %d", #call, probe_rc_);                  \
+#define CHECK_CU(call)                                         \
+  do {                                                         \
+    int probe_rc_ = (int)(call);                               \
+    CHECK(probe_rc_ == 0, "%s returned %d", #call, probe_rc_); \
   } while (0)
 
 #define PROBE_SKIP 77 /* CTest SKIP_RETURN_CODE */
@@ -43,12 +43,19 @@ static inline int probe_result(void) {
   return probe_failures ? 1 : 0;
 }
 
-static inline uint64_t probe_load(const uint64_t* word) { return __atomic_load_n(word, __ATOMIC_ACQUIRE); }
-static inline void probe_store(uint64_t* word, uint64_t v) { __atomic_store_n(word, v, __ATOMIC_RELEASE); }
-static inline void probe_add(uint64_t* word, int64_t v) { __atomic_add_fetch(word, (uint64_t)v, __ATOMIC_ACQ_REL); }
+static inline uint64_t probe_load(const uint64_t* word) {
+  return __atomic_load_n(word, __ATOMIC_ACQUIRE);
+}
+static inline void probe_store(uint64_t* word, uint64_t v) {
+  __atomic_store_n(word, v, __ATOMIC_RELEASE);
+}
+static inline void probe_add(uint64_t* word, int64_t v) {
+  __atomic_add_fetch(word, (uint64_t)v, __ATOMIC_ACQ_REL);
+}
 static inline void probe_max(uint64_t* word, uint64_t v) {
   uint64_t seen = probe_load(word);
-  while (seen < v && !__atomic_compare_exchange_n(word, &seen, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  while (seen < v &&
+         !__atomic_compare_exchange_n(word, &seen, v, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
   }
 }
 
@@ -78,10 +85,13 @@ static inline struct fake_ledger* probe_ledger(void) {
 }
 
 /* The ledger slot of a device UUID, or NULL when the shim never charged that device. */
-static inline struct fake_device_account* probe_account(struct fake_ledger* ledger, const void* uuid16) {
+static inline struct fake_device_account* probe_account(struct fake_ledger* ledger,
+                                                        const void* uuid16) {
   for (int i = 0; i < FAKE_LEDGER_DEVICES; ++i) {
     struct fake_device_account* a = &ledger->devices[i];
-    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) == FAKE_SLOT_READY && !memcmp(a->uuid, uuid16, 16)) return a;
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) == FAKE_SLOT_READY &&
+        !memcmp(a->uuid, uuid16, 16))
+      return a;
   }
   return NULL;
 }
@@ -98,6 +108,8 @@ static inline const char* probe_symbol_of(const void* p) {
   if (!p || !dladdr(p, &info) || !info.dli_sname || info.dli_saddr != p) return "?";
   return info.dli_sname;
 }
-static inline int probe_in_shim(const void* p) { return strncmp(probe_object_of(p), "libquanta", 9) == 0; }
+static inline int probe_in_shim(const void* p) {
+  return strncmp(probe_object_of(p), "libquanta", 9) == 0;
+}
 
 #endif

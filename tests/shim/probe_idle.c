@@ -26,7 +26,8 @@ static int mapped(const char* needle) {
 
 int main(void) {
   CHECK(mapped("libquanta"), "libquanta.so is not loaded: the test must run with LD_PRELOAD");
-  CHECK(count_entries("/proc/self/task") == 1, "%d threads, the shim started some", count_entries("/proc/self/task"));
+  CHECK(count_entries("/proc/self/task") == 1, "%d threads, the shim started some",
+        count_entries("/proc/self/task"));
   /* Descriptors inherited from the test runner (pipes, files) are fine; the shim must not
    * have opened a socket, an eventfd, a memfd or a shared-memory region of its own. */
   char path[64], target[256];
@@ -35,8 +36,9 @@ int main(void) {
     ssize_t n = readlink(path, target, sizeof target - 1);
     if (n <= 0) continue;
     target[n] = '\0';
-    CHECK(strncmp(target, "socket:", 7) && strncmp(target, "anon_inode:", 11) && strncmp(target, "/memfd:", 7) &&
-              strncmp(target, "/dev/shm/", 9) && !strstr(target, "quanta"),
+    CHECK(strncmp(target, "socket:", 7) && strncmp(target, "anon_inode:", 11) &&
+              strncmp(target, "/memfd:", 7) && strncmp(target, "/dev/shm/", 9) &&
+              !strstr(target, "quanta"),
           "descriptor %d (%s) was opened by the shim", fd, target);
   }
   CHECK(!mapped("libcuda"), "the shim loaded libcuda into a process that never called CUDA");

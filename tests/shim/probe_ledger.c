@@ -8,9 +8,11 @@
  *   paths      direct calls, dlsym and cuGetProcAddress (old/new version, per-thread flag)
  *              all reach the ledger and the launch gate
  *   disabled   QUANTA_DISABLE=1: no charge, no gate
- *   managed-uncounted  QUANTA_COUNT_MANAGED=0: managed memory is not charged */
+ *   managed-uncounted  QUANTA_COUNT_MANAGED=0: managed memory is not charged
+ *   threads    eight threads allocating and freeing at once leave the ledger exact */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
+#include <pthread.h>
 
 #include "../../common/nvml_api.h"
 #include "probe.h"
@@ -39,11 +41,12 @@ static CUcontext make_context(int ordinal) {
   return ctx;
 }
 
-#define EXPECT_CHARGE(before, bytes, what) \
+#define EXPECT_CHARGE(before, bytes, what)                                                    \
   CHECK(used() - (before) == (uint64_t)(bytes), "%s charged %llu bytes, expected %llu", what, \
         (unsigned long long)(used() - (before)), (unsigned long long)(bytes))
-#define EXPECT_RETURNED(before, what) \
-  CHECK(used() == (before), "%s left %lld bytes charged after its free", what, (long long)(used() - (before)))
+#define EXPECT_RETURNED(before, what)                                          \
+  CHECK(used() == (before), "%s left %lld bytes charged after its free", what, \
+        (long long)(used() - (before)))
 
 static void families(void) {
   const uint64_t start = used();
@@ -216,7 +219,8 @@ static void overcap(void) {
   /* Everything else keeps working at the cap. */
   size_t free_bytes = 1, total = 0;
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
-  CHECK(free_bytes == 0 && total == 64 * MiB, "at the cap cuMemGetInfo says free %zu total %zu", free_bytes, total);
+  CHECK(free_bytes == 0 && total == 64 * MiB, "at the cap cuMemGetInfo says free %zu total %zu",
+        free_bytes, total);
   CUmodule module = NULL;
   CUfunction spin = NULL;
   CHECK_CU(cuModuleLoadData(&module, "quanta"));
@@ -248,7 +252,8 @@ static void views(void) {
         (unsigned long long)(256 * MiB - charged));
   unsigned int free32 = 0, total32 = 0;
   CHECK_CU(cuMemGetInfo(&free32, &total32));
-  CHECK(free32 == free_bytes && total32 == total, "legacy cuMemGetInfo says %u/%u", free32, total32);
+  CHECK(free32 == free_bytes && total32 == total, "legacy cuMemGetInfo says %u/%u", free32,
+        total32);
   size_t device_total = 0;
   CHECK_CU(cuDeviceTotalMem_v2(&device_total, device));
   CHECK(device_total == 256 * MiB, "cuDeviceTotalMem_v2 %zu", device_total);
@@ -260,28 +265,32 @@ static void views(void) {
   nvmlMemory_t memory;
   CHECK(nvmlDeviceGetMemoryInfo(nvml_device, &memory) == NVML_SUCCESS, "nvmlDeviceGetMemoryInfo");
   CHECK(memory.total == total && memory.free == free_bytes && memory.used == charged,
-        "NVML says total %llu free %llu used %llu; CUDA says total %zu free %zu, ledger %llu", memory.total,
-        memory.free, memory.used, total, free_bytes, (unsigned long long)charged);
+        "NVML says total %llu free %llu used %llu; CUDA says total %zu free %zu, ledger %llu",
+        memory.total, memory.free, memory.used, total, free_bytes, (unsigned long long)charged);
   nvmlMemory_v2_t memory2;
   memset(&memory2, 0, sizeof memory2);
   memory2.version = nvmlMemory_v2;
-  CHECK(nvmlDeviceGetMemoryInfo_v2(nvml_device, &memory2) == NVML_SUCCESS, "nvmlDeviceGetMemoryInfo_v2");
-  CHECK(memory2.total == total && memory2.free == free_bytes && memory2.used == charged && memory2.reserved == 0,
+  CHECK(nvmlDeviceGetMemoryInfo_v2(nvml_device, &memory2) == NVML_SUCCESS,
+        "nvmlDeviceGetMemoryInfo_v2");
+  CHECK(memory2.total == total && memory2.free == free_bytes && memory2.used == charged &&
+            memory2.reserved == 0,
         "NVML v2 says total %llu free %llu used %llu", memory2.total, memory2.free, memory2.used);
 
   /* Usage above the cap (the arbiter lowered it): free is 0, never an error or underflow. */
   probe_store(&account->cap, charged / 2);
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
-  CHECK(free_bytes == 0 && total == charged / 2, "over the cap cuMemGetInfo says free %zu total %zu", free_bytes,
-        total);
+  CHECK(free_bytes == 0 && total == charged / 2,
+        "over the cap cuMemGetInfo says free %zu total %zu", free_bytes, total);
   CHECK(nvmlDeviceGetMemoryInfo(nvml_device, &memory) == NVML_SUCCESS && memory.free == 0 &&
             memory.used == charged && memory.total == charged / 2,
-        "over the cap NVML says total %llu free %llu used %llu", memory.total, memory.free, memory.used);
+        "over the cap NVML says total %llu free %llu used %llu", memory.total, memory.free,
+        memory.used);
 
   /* No cap: the real device's values. */
   probe_store(&account->cap, 0);
   CHECK_CU(cuMemGetInfo_v2(&free_bytes, &total));
-  CHECK(total == 2048 * MiB && free_bytes <= total, "without a cap total %zu (expected the device's 2 GiB)", total);
+  CHECK(total == 2048 * MiB && free_bytes <= total,
+        "without a cap total %zu (expected the device's 2 GiB)", total);
   CHECK_CU(cuDeviceTotalMem_v2(&device_total, device));
   CHECK(device_total == 2048 * MiB, "without a cap cuDeviceTotalMem_v2 %zu", device_total);
   CHECK(nvmlDeviceGetMemoryInfo(nvml_device, &memory) == NVML_SUCCESS && memory.total == 2048 * MiB,
@@ -301,8 +310,10 @@ static void untracked(void) {
   const uint64_t before = used();
   CHECK_CU(cuMemFree_v2(p)); /* reaches the driver */
   CHECK_CU(cuMemGetInfo_v2(&free_after, &total));
-  CHECK(free_after == free_before, "the driver did not get the memory back (%zu vs %zu)", free_after, free_before);
-  CHECK(used() == before, "an untracked free changed the ledger by %lld", (long long)(used() - before));
+  CHECK(free_after == free_before, "the driver did not get the memory back (%zu vs %zu)",
+        free_after, free_before);
+  CHECK(used() == before, "an untracked free changed the ledger by %lld",
+        (long long)(used() - before));
   CUresult r = cuMemFree_v2((CUdeviceptr)0xdead0000ull);
   CHECK(r != CUDA_SUCCESS, "a bogus free was swallowed instead of reaching the driver");
   r = cuMemFreeAsync((CUdeviceptr)0xdead0000ull, NULL);
@@ -322,9 +333,11 @@ static void devices(void) {
   make_context(1);
   CUdeviceptr p = 0;
   CHECK_CU(cuMemAlloc_v2(&p, 7 * MiB));
-  CHECK(used() == overhead() + 7 * MiB, "device 1's account holds %llu", (unsigned long long)used());
+  CHECK(used() == overhead() + 7 * MiB, "device 1's account holds %llu",
+        (unsigned long long)used());
   struct fake_device_account* other = probe_account(ledger, first_uuid.bytes);
-  CHECK(!other || probe_load(&other->pod_used) == 0, "device 0 was charged %llu for device 1's memory",
+  CHECK(!other || probe_load(&other->pod_used) == 0,
+        "device 0 was charged %llu for device 1's memory",
         other ? (unsigned long long)probe_load(&other->pod_used) : 0ull);
   CHECK_CU(cuMemFree_v2(p));
 }
@@ -333,12 +346,14 @@ typedef CUresult (*AllocV2)(CUdeviceptr*, size_t);
 typedef CUresult (*AllocV1)(CUdeviceptr_v1*, unsigned int);
 typedef CUresult (*FreeV2)(CUdeviceptr);
 typedef CUresult (*FreeV1)(CUdeviceptr_v1);
-typedef CUresult (*Launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream,
-                           void**, void**);
+typedef CUresult (*Launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                           unsigned, CUstream, void**, void**);
 
 static void expect_gated(uint64_t* enters_before, const char* what) {
-  const uint64_t enters = probe_load(&ledger->gate_enters), leaves = probe_load(&ledger->gate_leaves);
-  CHECK(enters == *enters_before + 1, "%s entered the gate %lld times", what, (long long)(enters - *enters_before));
+  const uint64_t enters = probe_load(&ledger->gate_enters),
+                 leaves = probe_load(&ledger->gate_leaves);
+  CHECK(enters == *enters_before + 1, "%s entered the gate %lld times", what,
+        (long long)(enters - *enters_before));
   CHECK(leaves == enters, "%s: %llu enters, %llu leaves", what, (unsigned long long)enters,
         (unsigned long long)leaves);
   *enters_before = enters;
@@ -363,8 +378,10 @@ static void paths(void) {
   CHECK_CU(free_v2(p));
   EXPECT_RETURNED(base, "cuMemFree_v2 found with dlsym");
 
-  CHECK_CU(cuGetProcAddress_v2("cuMemAlloc", (void**)&alloc_v2, 12000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
-  CHECK_CU(cuGetProcAddress_v2("cuMemFree", (void**)&free_v2, 12000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
+  CHECK_CU(cuGetProcAddress_v2("cuMemAlloc", (void**)&alloc_v2, 12000, CU_GET_PROC_ADDRESS_DEFAULT,
+                               NULL));
+  CHECK_CU(
+      cuGetProcAddress_v2("cuMemFree", (void**)&free_v2, 12000, CU_GET_PROC_ADDRESS_DEFAULT, NULL));
   CHECK_CU(alloc_v2(&p, 3 * MiB));
   EXPECT_CHARGE(base, 3 * MiB, "cuMemAlloc from cuGetProcAddress at 12000");
   CHECK_CU(free_v2(p));
@@ -393,8 +410,8 @@ static void paths(void) {
   Launch launch = (Launch)dlsym(driver, "cuLaunchKernel");
   CHECK_CU(launch(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
   expect_gated(&enters, "cuLaunchKernel (dlsym)");
-  CHECK_CU(cuGetProcAddress_v2("cuLaunchKernel", (void**)&launch, 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-                               NULL));
+  CHECK_CU(cuGetProcAddress_v2("cuLaunchKernel", (void**)&launch, 12000,
+                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, NULL));
   CHECK(!strcmp(probe_symbol_of((void*)launch), "cuLaunchKernel_ptsz"), "per-thread lookup gave %s",
         probe_symbol_of((void*)launch));
   CHECK_CU(launch(spin, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, params, NULL));
@@ -440,6 +457,35 @@ static void paths(void) {
         "gate calls were not all made on the device's own context");
 }
 
+/* Eight threads of one process allocate and free through the shim at once. */
+static CUcontext shared_context;
+static void* thread_allocations(void* arg) {
+  uintptr_t id = (uintptr_t)arg;
+  int failures = 0;
+  if (cuCtxSetCurrent(shared_context) != CUDA_SUCCESS) return (void*)1;
+  for (int i = 0; i < 500; ++i) {
+    CUdeviceptr p[4] = {0};
+    for (int k = 0; k < 4; ++k)
+      if (cuMemAlloc_v2(&p[k], (1 + (id + (uintptr_t)k) % 3) * 4096) != CUDA_SUCCESS) ++failures;
+    for (int k = 0; k < 4; ++k)
+      if (p[k] && cuMemFree_v2(p[k]) != CUDA_SUCCESS) ++failures;
+  }
+  return (void*)(uintptr_t)failures;
+}
+
+static void threads(void) {
+  shared_context = make_context(0);
+  const uint64_t base = used();
+  pthread_t workers[8];
+  for (uintptr_t t = 0; t < 8; ++t) pthread_create(&workers[t], NULL, thread_allocations, (void*)t);
+  for (int t = 0; t < 8; ++t) {
+    void* failures = NULL;
+    pthread_join(workers[t], &failures);
+    CHECK(failures == NULL, "thread %d saw %d failed calls", t, (int)(uintptr_t)failures);
+  }
+  EXPECT_RETURNED(base, "16000 allocations from 8 threads");
+}
+
 static void managed_uncounted(void) {
   /* QUANTA_COUNT_MANAGED=0: managed memory passes uncounted, device memory still counts. */
   make_context(0);
@@ -472,20 +518,33 @@ static void disabled(void) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: %s families|overcap|views|untracked|devices|paths|disabled|managed-uncounted\n", argv[0]);
+    fprintf(stderr,
+            "usage: %s "
+            "families|overcap|views|untracked|devices|paths|disabled|managed-uncounted|threads\n",
+            argv[0]);
     return 2;
   }
   ledger = probe_ledger();
   CHECK_CU(cuInit(0));
   const char* mode = argv[1];
-  if (!strcmp(mode, "families")) families();
-  else if (!strcmp(mode, "overcap")) overcap();
-  else if (!strcmp(mode, "views")) views();
-  else if (!strcmp(mode, "untracked")) untracked();
-  else if (!strcmp(mode, "devices")) devices();
-  else if (!strcmp(mode, "paths")) paths();
-  else if (!strcmp(mode, "disabled")) disabled();
-  else if (!strcmp(mode, "managed-uncounted")) managed_uncounted();
+  if (!strcmp(mode, "families"))
+    families();
+  else if (!strcmp(mode, "overcap"))
+    overcap();
+  else if (!strcmp(mode, "views"))
+    views();
+  else if (!strcmp(mode, "untracked"))
+    untracked();
+  else if (!strcmp(mode, "devices"))
+    devices();
+  else if (!strcmp(mode, "paths"))
+    paths();
+  else if (!strcmp(mode, "disabled"))
+    disabled();
+  else if (!strcmp(mode, "managed-uncounted"))
+    managed_uncounted();
+  else if (!strcmp(mode, "threads"))
+    threads();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

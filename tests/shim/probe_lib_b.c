@@ -3,7 +3,9 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 
-int shim_probe_value(void) { return 2; }
+int shim_probe_value(void) {
+  return 2;
+}
 
 void* shim_probe_next_after_b(void) {
   /* Not a tail call: the call must come from this library's own code. */

@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
         probe_object_of((void*)get_info));
   size_t free_bytes = 0, total = 0;
   CUresult r = get_info ? get_info(&free_bytes, &total) : CUDA_ERROR_UNKNOWN;
-  CHECK(r == CUDA_ERROR_STUB_LIBRARY, "the wrapper returned %d, not the stub driver's own answer", (int)r);
+  CHECK(r == CUDA_ERROR_STUB_LIBRARY, "the wrapper returned %d, not the stub driver's own answer",
+        (int)r);
   CHECK(!mapped("libstdc++"), "libstdc++ is loaded");
   CHECK(!mapped("libgcc_s"), "libgcc_s is loaded");
   return probe_result();

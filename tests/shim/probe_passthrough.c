@@ -27,7 +27,8 @@ int main(void) {
   CHECK(free_after + 900 * MiB == free_bytes, "free went from %zu to %zu", free_bytes, free_after);
   nvmlDevice_t nvml_device;
   nvmlMemory_t memory;
-  CHECK(nvmlInit_v2() == NVML_SUCCESS && nvmlDeviceGetHandleByIndex_v2(0, &nvml_device) == NVML_SUCCESS &&
+  CHECK(nvmlInit_v2() == NVML_SUCCESS &&
+            nvmlDeviceGetHandleByIndex_v2(0, &nvml_device) == NVML_SUCCESS &&
             nvmlDeviceGetMemoryInfo(nvml_device, &memory) == NVML_SUCCESS,
         "NVML memory info failed");
   CHECK(memory.total == 1024 * MiB, "NVML total %llu", memory.total);
@@ -37,7 +38,8 @@ int main(void) {
   CHECK_CU(cuModuleGetFunction(&spin, module, "quanta_spin"));
   unsigned long long ns = 1000;
   void* params[] = {&ns};
-  for (int i = 0; i < 100; ++i) CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+  for (int i = 0; i < 100; ++i)
+    CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
   CHECK_CU(cuCtxSynchronize());
   CHECK_CU(cuMemFree_v2(big));
   CHECK_CU(cuCtxDestroy_v2(ctx));

@@ -26,28 +26,35 @@ static const struct expectation kCases[] = {
     {"cuCtxCreate", 12080, CU_GET_PROC_ADDRESS_DEFAULT, "cuCtxCreate_v4", 1},
     {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuLaunchKernel", 1},
     {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_LEGACY_STREAM, "cuLaunchKernel", 1},
-    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz", 1},
+    {"cuLaunchKernel", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuLaunchKernel_ptsz",
+     1},
     {"cuMemsetD8", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuMemsetD8_v2", 1},
     {"cuMemsetD8", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemsetD8_v2_ptds", 1},
-    {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuMemAllocAsync_ptsz", 1},
-    {"cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuGraphLaunch_ptsz", 1},
+    {"cuMemAllocAsync", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuMemAllocAsync_ptsz", 1},
+    {"cuGraphLaunch", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuGraphLaunch_ptsz",
+     1},
     {"cuGraphInstantiate", 11000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGraphInstantiate_v2", 1},
     {"cuGraphInstantiate", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGraphInstantiateWithFlags", 1},
     {"cuGetProcAddress", 11030, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetProcAddress", 1},
     {"cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetProcAddress_v2", 1},
     {"cuDeviceGetName", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuDeviceGetName", 0},
-    {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamSynchronize_ptsz", 0},
+    {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
+     "cuStreamSynchronize_ptsz", 0},
     {"cuGetExportTable", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetExportTable", 0},
 };
 
 static void check_case(const struct expectation* c, void* p, int disabled, const char* via) {
   const int want_shim = c->wrapped && !disabled;
   const char* object = probe_object_of(p);
-  CHECK(want_shim ? probe_in_shim(p) : !strcmp(object, "libcuda.so.1"), "%s(%s, %d, %llu) gave an entry in %s", via,
-        c->symbol, c->version, (unsigned long long)c->flags, object);
-  CHECK(!strcmp(probe_symbol_of(p), c->exported), "%s(%s, %d, %llu) gave %s, expected the variant %s", via, c->symbol,
-        c->version, (unsigned long long)c->flags, probe_symbol_of(p), c->exported);
-  if (want_shim) CHECK(p == dlsym(RTLD_DEFAULT, c->exported), "%s: not the exported wrapper", c->exported);
+  CHECK(want_shim ? probe_in_shim(p) : !strcmp(object, "libcuda.so.1"),
+        "%s(%s, %d, %llu) gave an entry in %s", via, c->symbol, c->version,
+        (unsigned long long)c->flags, object);
+  CHECK(!strcmp(probe_symbol_of(p), c->exported),
+        "%s(%s, %d, %llu) gave %s, expected the variant %s", via, c->symbol, c->version,
+        (unsigned long long)c->flags, probe_symbol_of(p), c->exported);
+  if (want_shim)
+    CHECK(p == dlsym(RTLD_DEFAULT, c->exported), "%s: not the exported wrapper", c->exported);
 }
 
 int main(int argc, char** argv) {
@@ -58,8 +65,8 @@ int main(int argc, char** argv) {
     void* p = NULL;
     CUdriverProcAddressQueryResult status;
     CUresult r = cuGetProcAddress_v2(c->symbol, &p, c->version, c->flags, &status);
-    CHECK(r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS, "cuGetProcAddress_v2(%s) returned %d", c->symbol,
-          (int)r);
+    CHECK(r == CUDA_SUCCESS && status == CU_GET_PROC_ADDRESS_SUCCESS,
+          "cuGetProcAddress_v2(%s) returned %d", c->symbol, (int)r);
     if (r == CUDA_SUCCESS) check_case(c, p, disabled, "cuGetProcAddress_v2");
     p = NULL;
     r = cuGetProcAddress(c->symbol, &p, c->version, c->flags);

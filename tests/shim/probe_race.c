@@ -117,17 +117,18 @@ int main(int argc, char** argv) {
     }
   }
   const uint64_t max_committed = probe_load(&ledger->max_committed);
-  CHECK(max_committed <= CAP, "the pod held %llu bytes, %llu past its cap", (unsigned long long)max_committed,
-        (unsigned long long)(max_committed - CAP));
+  CHECK(max_committed <= CAP, "the pod held %llu bytes, %llu past its cap",
+        (unsigned long long)max_committed, (unsigned long long)(max_committed - CAP));
   CHECK(max_used <= CAP, "the ledger read %llu over a cap of %llu", (unsigned long long)max_used,
         (unsigned long long)CAP);
   CHECK(probe_load(&ledger->denials) > 0, "the cap was never reached: the race proved nothing");
   CHECK(max_committed > CAP / 2, "the racers held at most %llu bytes: too little contention",
         (unsigned long long)max_committed);
   for (int i = 0; i < FAKE_LEDGER_DEVICES; ++i)
-    CHECK(probe_load(&ledger->devices[i].pod_used) == 0, "%llu bytes still charged after every free",
+    CHECK(probe_load(&ledger->devices[i].pod_used) == 0,
+          "%llu bytes still charged after every free",
           (unsigned long long)probe_load(&ledger->devices[i].pod_used));
-  printf("cap %llu, max committed %llu, denials %llu\n", (unsigned long long)CAP, (unsigned long long)max_committed,
-         (unsigned long long)probe_load(&ledger->denials));
+  printf("cap %llu, max committed %llu, denials %llu\n", (unsigned long long)CAP,
+         (unsigned long long)max_committed, (unsigned long long)probe_load(&ledger->denials));
   return probe_result();
 }

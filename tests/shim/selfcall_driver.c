@@ -10,14 +10,17 @@ typedef int (*GetProcAddressFn)(const char*, void**, int, unsigned long long, in
 
 static __thread int depth;
 
-int cuInit(unsigned flags) { return (int)flags; }
+int cuInit(unsigned flags) {
+  return (int)flags;
+}
 
 int cuDeviceGetCount(int* count) {
   *count = 0;
   return 0;
 }
 
-int cuGetProcAddress_v2(const char* symbol, void** pfn, int version, unsigned long long flags, int* status) {
+int cuGetProcAddress_v2(const char* symbol, void** pfn, int version, unsigned long long flags,
+                        int* status) {
   if (++depth > 3) {
     --depth;
     return 9999; /* recursed through an interposer */

@@ -32,8 +32,9 @@ struct Driver {
   void set_up(const char* what) {
     CUdevice device;
     CUmodule module;
-    if (!init || !launch || !alloc || !free || init(0) || device_get(&device, 0) || ctx_create(&context, 0, device) ||
-        module_load(&module, "quanta") || get_function(&spin, module, "quanta_spin")) {
+    if (!init || !launch || !alloc || !free || init(0) || device_get(&device, 0) ||
+        ctx_create(&context, 0, device) || module_load(&module, "quanta") ||
+        get_function(&spin, module, "quanta_spin")) {
       std::fprintf(stderr, "cannot set up a context through %s\n", what);
       std::exit(1);
     }
@@ -72,8 +73,9 @@ Driver& direct() {
 
 Driver& shimmed() {
   static Driver d = [] {
-    Driver made{&cuInit, &cuDeviceGet, &cuCtxCreate_v2, &cuCtxSetCurrent, &cuCtxGetCurrent, &cuCtxSynchronize,
-                &cuModuleLoadData, &cuModuleGetFunction, &cuLaunchKernel, &cuMemAlloc_v2, &cuMemFree_v2};
+    Driver made{&cuInit,          &cuDeviceGet,      &cuCtxCreate_v2,   &cuCtxSetCurrent,
+                &cuCtxGetCurrent, &cuCtxSynchronize, &cuModuleLoadData, &cuModuleGetFunction,
+                &cuLaunchKernel,  &cuMemAlloc_v2,    &cuMemFree_v2};
     made.set_up("the shim");
     return made;
   }();
@@ -101,10 +103,18 @@ void alloc_free_loop(benchmark::State& state, Driver& d) {
   }
 }
 
-void BM_LaunchDirect(benchmark::State& state) { launch_loop(state, direct()); }
-void BM_LaunchThroughShim(benchmark::State& state) { launch_loop(state, shimmed()); }
-void BM_AllocFreeDirect(benchmark::State& state) { alloc_free_loop(state, direct()); }
-void BM_AllocFreeThroughShim(benchmark::State& state) { alloc_free_loop(state, shimmed()); }
+void BM_LaunchDirect(benchmark::State& state) {
+  launch_loop(state, direct());
+}
+void BM_LaunchThroughShim(benchmark::State& state) {
+  launch_loop(state, shimmed());
+}
+void BM_AllocFreeDirect(benchmark::State& state) {
+  alloc_free_loop(state, direct());
+}
+void BM_AllocFreeThroughShim(benchmark::State& state) {
+  alloc_free_loop(state, shimmed());
+}
 
 // The one driver call the shim's launch path adds itself: finding the current context.
 void BM_CtxGetCurrent(benchmark::State& state) {

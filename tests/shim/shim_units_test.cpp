@@ -106,10 +106,12 @@ TEST(AllocationTable, ReturnsWhatWasInsertedOnce) {
   ASSERT_TRUE(table.find(Resource::device_memory, 0x7f0000, &found));
   EXPECT_EQ(found.bytes, 4096u);
   EXPECT_EQ(found.device, 1);
-  EXPECT_FALSE(table.find(Resource::array, 0x7f0000, &found)) << "resources have separate key spaces";
+  EXPECT_FALSE(table.find(Resource::array, 0x7f0000, &found))
+      << "resources have separate key spaces";
   ASSERT_TRUE(table.remove(Resource::device_memory, 0x7f0000, &found));
   EXPECT_EQ(found.context, ctx);
-  EXPECT_FALSE(table.remove(Resource::device_memory, 0x7f0000, &found)) << "a second free finds nothing";
+  EXPECT_FALSE(table.remove(Resource::device_memory, 0x7f0000, &found))
+      << "a second free finds nothing";
   EXPECT_EQ(table.live(), 0u);
 }
 
@@ -117,7 +119,8 @@ TEST(AllocationTable, UnknownKeysAreNotFoundInAnEmptyOrBusyTable) {
   AllocationTable table;
   Allocation found;
   EXPECT_FALSE(table.remove(Resource::device_memory, 42, &found));
-  for (uint64_t k = 1; k <= 1000; ++k) ASSERT_TRUE(table.insert(Resource::device_memory, k << 12, {k, 0, nullptr}));
+  for (uint64_t k = 1; k <= 1000; ++k)
+    ASSERT_TRUE(table.insert(Resource::device_memory, k << 12, {k, 0, nullptr}));
   EXPECT_FALSE(table.find(Resource::device_memory, 999999, &found));
   for (uint64_t k = 1; k <= 1000; ++k) {
     ASSERT_TRUE(table.remove(Resource::device_memory, k << 12, &found));
@@ -129,7 +132,8 @@ TEST(AllocationTable, RemovesEverythingOfAContext) {
   AllocationTable table;
   auto* a = reinterpret_cast<CUcontext>(0xa000);
   auto* b = reinterpret_cast<CUcontext>(0xb000);
-  for (uint64_t k = 1; k <= 100; ++k) table.insert(Resource::device_memory, k, {10, 0, k % 2 ? a : b});
+  for (uint64_t k = 1; k <= 100; ++k)
+    table.insert(Resource::device_memory, k, {10, 0, k % 2 ? a : b});
   table.insert(Resource::array, 7, {5, 0, a});
   table.insert(Resource::generic_handle, 9, {3, 0, nullptr});
   uint64_t returned = 0;
@@ -146,12 +150,14 @@ TEST(AllocationTable, RemovesEverythingOfAContext) {
 TEST(AllocationTable, FullTableRefusesInsteadOfCorrupting) {
   AllocationTable table;
   uint32_t inserted = 0;
-  while (table.insert(Resource::device_memory, (uint64_t{inserted} + 1) * 256, {1, 0, nullptr})) ++inserted;
+  while (table.insert(Resource::device_memory, (uint64_t{inserted} + 1) * 256, {1, 0, nullptr}))
+    ++inserted;
   EXPECT_EQ(inserted, AllocationTable::kMaxLive);
   Allocation found;
   EXPECT_TRUE(table.find(Resource::device_memory, 256, &found));
   EXPECT_TRUE(table.remove(Resource::device_memory, 256, &found));
-  EXPECT_TRUE(table.insert(Resource::device_memory, 1, {1, 0, nullptr})) << "a freed slot is reused";
+  EXPECT_TRUE(table.insert(Resource::device_memory, 1, {1, 0, nullptr}))
+      << "a freed slot is reused";
 }
 
 TEST(AllocationTable, ConcurrentInsertsAndRemovesKeepEveryEntry) {
@@ -164,7 +170,9 @@ TEST(AllocationTable, ConcurrentInsertsAndRemovesKeepEveryEntry) {
         const uint64_t key = (uint64_t{static_cast<uint64_t>(t)} << 40) | (i % 512) << 12;
         if (!table.insert(Resource::device_memory, key, {i, t, nullptr})) mismatches++;
         Allocation found;
-        if (!table.remove(Resource::device_memory, key, &found) || found.bytes != i || found.device != t) mismatches++;
+        if (!table.remove(Resource::device_memory, key, &found) || found.bytes != i ||
+            found.device != t)
+          mismatches++;
       }
     });
   }
