@@ -79,6 +79,11 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
   uint64_t cpu_t0 = 0, cpu_t1 = 0;
   if (mix.quanta) {
     sleep_until_monotonic(window.start_ns);
+    if (tracer) {
+      std::vector<int> devices;
+      for (const auto& spec : specs) devices.push_back(spec.device);
+      tracer->note_tenants(run.tenant_pids(), devices);
+    }
     cpu_before = run.arbiter_cpu_seconds();
     cpu_t0 = monotonic_now_ns();
     sleep_until_monotonic(window.end_ns);
@@ -120,6 +125,7 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
     out["handoff_p50_us"] = figure(percentile(handoffs, 50), 1);
     out["handoff_p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();
+    out["handoff_source"] = tracer->source();
     if (!tracer->error().empty()) add_note(out, tracer->error());
   }
   return out;

@@ -50,6 +50,10 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
     tracer = std::make_unique<HandoffTracer>(run, seconds + 0.7 + 2);
   }
   uint64_t start = run.start_tenants(specs);
+  if (tracer) {
+    sleep_until_monotonic(steady_window(start, seconds).start_ns);
+    tracer->note_tenants(run.tenant_pids(), {0, 0});
+  }
   auto results = run.wait_tenants(15.0);
   for (const auto& note : tenant_errors(results)) add_note(out, note);
   out["useful_per_s"] = figure(sum_useful_per_s(results), 4);
@@ -62,6 +66,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
     out["p50_us"] = figure(percentile(handoffs, 50), 1);
     out["p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();
+    out["handoff_source"] = tracer->source();
     if (!tracer->error().empty()) add_note(out, tracer->error());
     if (handoffs.empty() && tracer->error().empty()) add_note(out, "quanta-trace saw no handoff (no release followed by another slot's launch)");
   }

@@ -234,6 +234,12 @@ uint64_t Run::start_tenants(const std::vector<TenantSpec>& tenants) {
   return start_mono;
 }
 
+std::vector<pid_t> Run::tenant_pids() const {
+  std::vector<pid_t> pids;
+  for (const auto& [spec, process] : tenants_) pids.push_back(process.pid());
+  return pids;
+}
+
 std::vector<TenantResult> Run::wait_tenants(double slack_seconds) {
   std::vector<TenantResult> results;
   auto deadline = std::chrono::milliseconds(static_cast<int64_t>((longest_seconds_ + slack_seconds) * 1000));

@@ -114,6 +114,8 @@ class Run {
   // Spawns every tenant with --json and one --start-at far enough ahead for all to be
   // ready; returns the start instant on CLOCK_MONOTONIC.
   uint64_t start_tenants(const std::vector<TenantSpec>& tenants);
+  // Pids of the tenants started and not yet waited for, in start order.
+  std::vector<pid_t> tenant_pids() const;
   // Waits for all (deadline: their duration plus slack) and parses their reports.
   std::vector<TenantResult> wait_tenants(double slack_seconds);
 

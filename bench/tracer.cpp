@@ -1,46 +1,79 @@
-// Runs quanta-trace handoff beside a run and reads its timeline's handoff intervals.
+// Runs quanta-trace handoff beside a run and reads its timeline's handoff intervals, or
+// records the same probes through tracefs when quanta-trace cannot attach.
 #include "tracer.h"
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
 #include <thread>
 
 namespace quanta::bench {
 
 HandoffTracer::HandoffTracer(Run& run, double seconds) : run_(run), seconds_(seconds) {
   const Paths& paths = run.bench().paths();
-  if (!file_exists(paths.trace)) {
-    error_ = "quanta-trace is not built (" + paths.trace + ")";
-    return;
-  }
   if (!file_exists(paths.shim)) {
     error_ = "libquanta.so is not built";
     return;
   }
-  timeline_path_ = run.dir() + "/handoff-timeline.json";
-  process_ = std::make_unique<Process>(run.spawn({paths.trace, "handoff", "--binary", paths.shim, "--duration",
+  std::string trace_error;
+  if (!file_exists(paths.trace)) {
+    trace_error = "quanta-trace is not built";
+  } else {
+    timeline_path_ = run.dir() + "/handoff-timeline.json";
+    trace_ = std::make_unique<Process>(run.spawn({paths.trace, "handoff", "--binary", paths.shim, "--duration",
                                                   std::to_string(seconds), "--json", "--timeline", timeline_path_},
                                                  "", false, "trace"));
-  // Attached once it announces the session; loading BPF takes a few hundred ms.
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (std::chrono::steady_clock::now() < until) {
-    if (read_file(process_->stderr_path()).find("Tracing") != std::string::npos) return;
-    if (!process_->running()) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Attached once it announces the session; loading BPF takes a few hundred ms.
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (std::chrono::steady_clock::now() < until) {
+      if (read_file(trace_->stderr_path()).find("Tracing") != std::string::npos) {
+        attached_ = true;
+        source_ = "quanta-trace";
+        return;
+      }
+      if (!trace_->running()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::string tail = last_line(read_file(trace_->stderr_path()));
+    trace_error = "quanta-trace handoff did not attach" + (tail.empty() ? std::string() : " (" + tail + ")");
+    trace_->stop(std::chrono::milliseconds(500));
+    trace_.reset();
   }
-  std::string tail = last_line(read_file(process_->stderr_path()));
-  error_ = "quanta-trace handoff did not attach" + (tail.empty() ? std::string() : ": " + tail);
-  process_->stop(std::chrono::milliseconds(500));
+  try {
+    uprobes_ = std::make_unique<UprobeSession>(paths.shim, "quanta", std::vector<std::string>{"release", "gate_wait_end"});
+    attached_ = true;
+    source_ = "tracefs uprobes";
+    error_ = trace_error + "; measured through tracefs uprobes on the same probes instead";
+  } catch (const std::exception& failure) {
+    error_ = trace_error + "; tracefs uprobes failed too: " + failure.what();
+  }
 }
 
 HandoffTracer::~HandoffTracer() = default;
 
+void HandoffTracer::note_tenants(const std::vector<pid_t>& pids, const std::vector<int>& devices) {
+  devices_ = devices;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    std::error_code error;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pids[i]) + "/task", error)) {
+      tenant_of_tid_[static_cast<uint32_t>(std::stoul(task.path().filename().string()))] = static_cast<int>(i);
+    }
+  }
+}
+
 std::vector<double> HandoffTracer::finish() {
   std::vector<double> handoffs_us;
-  if (!error_.empty() || !process_) return handoffs_us;
-  ExitStatus status = process_->wait(std::chrono::milliseconds(static_cast<int64_t>((seconds_ + 15) * 1000)));
+  if (uprobes_) {
+    auto hits = uprobes_->collect();
+    handoffs_us = handoffs_from_hits(hits, tenant_of_tid_, devices_);
+    if (uprobes_->lost() > 0) error_ += "; the trace buffer overwrote " + std::to_string(uprobes_->lost()) + " events";
+    uprobes_.reset();
+    return handoffs_us;
+  }
+  if (!trace_) return handoffs_us;
+  ExitStatus status = trace_->wait(std::chrono::milliseconds(static_cast<int64_t>((seconds_ + 15) * 1000)));
   if (!status.exited || status.code != 0) {
-    error_ = "quanta-trace handoff ended with " + status.describe() + ": " + last_line(read_file(process_->stderr_path()));
+    error_ = "quanta-trace handoff ended with " + status.describe() + ": " + last_line(read_file(trace_->stderr_path()));
     return handoffs_us;
   }
   try {
@@ -48,9 +81,8 @@ std::vector<double> HandoffTracer::finish() {
     for (const auto& event : timeline.at("traceEvents")) {
       if (event.value("name", "") == "handoff" && event.contains("dur")) handoffs_us.push_back(event["dur"].get<double>());
     }
-    if (timeline.contains("otherData") && timeline["otherData"].value("events_lost", 0) > 0) {
-      error_ = "quanta-trace lost " + std::to_string(timeline["otherData"].value("events_lost", 0)) + " timeline events";
-    }
+    uint64_t lost = timeline.contains("otherData") ? timeline["otherData"].value("events_lost", uint64_t{0}) : 0;
+    if (lost > 0) error_ = "quanta-trace lost " + std::to_string(lost) + " timeline events";
   } catch (const std::exception& parse_error) {
     error_ = std::string("cannot read the quanta-trace timeline: ") + parse_error.what();
   }

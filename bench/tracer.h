@@ -1,10 +1,13 @@
-// Handoff latencies from Quanta's own USDT probes, through `quanta-trace handoff`: it
-// runs beside a quanta configuration and its timeline gives every release-to-next-launch
-// interval exactly (the log2 histogram of its report is only a fallback).
+// Handoff latencies from Quanta's own USDT probes in the shim (quanta:release and
+// quanta:gate_wait_end): through `quanta-trace handoff --timeline` when it attaches, else
+// through tracefs uprobes on the same probes. Either way every release-to-next-launch
+// interval is a sample, timed by the kernel on CLOCK_MONOTONIC.
 #pragma once
 
 #include "harness.h"
+#include "uprobe_trace.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,21 +17,31 @@ namespace quanta::bench {
 
 class HandoffTracer {
  public:
-  // Starts tracing the shim's probes for `seconds`; waits until the probes are attached.
+  // Starts tracing the shim's probes for `seconds`; returns once they are attached.
   HandoffTracer(Run& run, double seconds);
   ~HandoffTracer();
-  bool attached() const { return error_.empty(); }
+  bool attached() const { return attached_; }
+  // Which tool measured ("quanta-trace" or "tracefs uprobes"); empty when none attached.
+  const std::string& source() const { return source_; }
+  // Why a tool could not be used or what it lost; empty when all went well.
   const std::string& error() const { return error_; }
-  // Waits for the session to end; returns every handoff in microseconds (empty with
-  // error() set when the tracer failed).
+  // Maps the tenants' threads to tenants and devices (call while they run); needed by
+  // the tracefs path, which sees thread ids only.
+  void note_tenants(const std::vector<pid_t>& pids, const std::vector<int>& devices);
+  // Ends the session; every handoff in microseconds.
   std::vector<double> finish();
 
  private:
   Run& run_;
-  std::unique_ptr<Process> process_;
-  std::string timeline_path_;
-  std::string error_;
   double seconds_;
+  bool attached_ = false;
+  std::string source_;
+  std::string error_;
+  std::unique_ptr<Process> trace_;
+  std::string timeline_path_;
+  std::unique_ptr<UprobeSession> uprobes_;
+  std::map<uint32_t, int> tenant_of_tid_;
+  std::vector<int> devices_;
 };
 
 }  // namespace quanta::bench
