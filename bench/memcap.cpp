@@ -22,10 +22,13 @@ namespace quanta::bench {
 namespace {
 
 constexpr int kProcesses = 8;
-constexpr uint64_t kCap = 1ull << 30;  // 1Gi
-constexpr const char* kCapText = "1Gi";
-constexpr uint64_t kRaceBytes = 96ull << 20;   // 10 fit under the cap, the 11th is denied
-constexpr uint64_t kChurnBytes = 160ull << 20; // 6 fit at once; 8 processes want 8
+// The cap covers the pod's contexts too: the shim charges each context a fixed overhead
+// (QUANTA_CONTEXT_OVERHEAD, 300Mi by default), so 8 processes hold 2400Mi before their
+// first allocation and 1696Mi remain for them to race for.
+constexpr uint64_t kCap = 4ull << 30;  // 4Gi
+constexpr const char* kCapText = "4Gi";
+constexpr uint64_t kRaceBytes = 96ull << 20;    // 17 fit in what remains, the 18th is denied
+constexpr uint64_t kChurnBytes = 256ull << 20;  // 6 fit at once; 8 processes want one each
 
 // Samples the pod ledger (PodRegion::memory_used) of a run's arbiter until stopped.
 class LedgerSampler {
@@ -134,7 +137,7 @@ Json run_config(const Bench& bench, bool quanta, int churn_count) {
   std::vector<TenantSpec> race, churn;
   for (int i = 0; i < kProcesses; ++i) {
     race.push_back(TenantSpec{{"alloc", "--race", "--bytes", std::to_string(kRaceBytes), "--hold-ms", "300"}, "capped", 0});
-    churn.push_back(TenantSpec{{"alloc", "--free", "--count", std::to_string(churn_count), "--bytes",
+    churn.push_back(TenantSpec{{"alloc", "--free", "--hold-ms", "1", "--count", std::to_string(churn_count), "--bytes",
                                 std::to_string(kChurnBytes)},
                                "capped", 0});
   }
@@ -147,7 +150,8 @@ Json run_config(const Bench& bench, bool quanta, int churn_count) {
   for (const auto& note : tenant_errors(churn_results)) add_note(out, "churn " + note);
 
   // Every racer holds what it got until after its first denial, so the sum of the
-  // successes is what the pod held at once at the end of the race.
+  // successes is what the pod's allocations held at once at the end of the race. The
+  // ledger adds the contexts' overhead, so it is the figure when it was sampled.
   uint64_t race_committed = sum_field(race_results, "successes") * kRaceBytes;
   uint64_t ledger_max = sampler ? sampler->max_bytes() : 0;
   uint64_t max_committed = std::max(race_committed, ledger_max);
@@ -181,7 +185,7 @@ Json run_memcap(const Bench& bench) {
   int churn_count = bench.quick() ? 50 : 1000;
   Json out = {{"scenario", "memcap"},
               {"workload", {{"processes", kProcesses}, {"cap", kCapText}, {"race_bytes", kRaceBytes},
-                            {"churn_bytes", kChurnBytes}, {"churn_allocs_per_process", churn_count}}}};
+                            {"churn_bytes", kChurnBytes}, {"cap_includes", "8 contexts x QUANTA_CONTEXT_OVERHEAD (300Mi default)"}, {"churn_allocs_per_process", churn_count}}}};
   out["native"] = guarded("native", [&] { return run_config(bench, false, churn_count); });
   out["quanta"] = guarded("quanta", [&] { return run_config(bench, true, churn_count); });
   std::optional<double> overshoot;

@@ -42,7 +42,7 @@ Json summary(const Json& mix) {
 }  // namespace
 
 Json run_scale(const Bench& bench) {
-  int tenants_one = bench.quick() ? 16 : 64;
+  int tenants_one = bench.quick() ? 8 : 64;
   int gpus = 8;
   int per_gpu = bench.quick() ? 2 : 8;
   Json out = {{"scenario", "scale"}};

@@ -1,5 +1,5 @@
-// Runs quanta-trace handoff beside a run and reads its timeline's handoff intervals, or
-// records the same probes through tracefs when quanta-trace cannot attach.
+// Records the shim's handoff probes through tracefs uprobes beside a run, or runs
+// quanta-trace handoff and reads its timeline when tracefs cannot be used.
 #include "tracer.h"
 
 #include <nlohmann/json.hpp>
@@ -15,38 +15,42 @@ HandoffTracer::HandoffTracer(Run& run, double seconds) : run_(run), seconds_(sec
     error_ = "libquanta.so is not built";
     return;
   }
-  std::string trace_error;
-  if (!file_exists(paths.trace)) {
-    trace_error = "quanta-trace is not built";
-  } else {
-    timeline_path_ = run.dir() + "/handoff-timeline.json";
-    trace_ = std::make_unique<Process>(run.spawn({paths.trace, "handoff", "--binary", paths.shim, "--duration",
-                                                  std::to_string(seconds), "--json", "--timeline", timeline_path_},
-                                                 "", false, "trace"));
-    // Attached once it announces the session; loading BPF takes a few hundred ms.
-    auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (std::chrono::steady_clock::now() < until) {
-      if (read_file(trace_->stderr_path()).find("Tracing") != std::string::npos) {
-        attached_ = true;
-        source_ = "quanta-trace";
-        return;
-      }
-      if (!trace_->running()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    std::string tail = last_line(read_file(trace_->stderr_path()));
-    trace_error = "quanta-trace handoff did not attach" + (tail.empty() ? std::string() : " (" + tail + ")");
-    trace_->stop(std::chrono::milliseconds(500));
-    trace_.reset();
-  }
+  // First choice: the probes as uprobes through tracefs, which keeps every hit with its
+  // thread, so a handoff counts only when the next tenant was already waiting.
+  std::string uprobe_error;
   try {
-    uprobes_ = std::make_unique<UprobeSession>(paths.shim, "quanta", std::vector<std::string>{"release", "gate_wait_end"});
+    uprobes_ = std::make_unique<UprobeSession>(paths.shim, "quanta",
+                                               std::vector<std::string>{"release", "gate_wait_begin", "gate_wait_end"});
     attached_ = true;
     source_ = "tracefs uprobes";
-    error_ = trace_error + "; measured through tracefs uprobes on the same probes instead";
+    return;
   } catch (const std::exception& failure) {
-    error_ = trace_error + "; tracefs uprobes failed too: " + failure.what();
+    uprobe_error = std::string("tracefs uprobes: ") + failure.what();
   }
+  if (!file_exists(paths.trace)) {
+    error_ = uprobe_error + "; quanta-trace is not built";
+    return;
+  }
+  timeline_path_ = run.dir() + "/handoff-timeline.json";
+  trace_ = std::make_unique<Process>(run.spawn({paths.trace, "handoff", "--binary", paths.shim, "--duration",
+                                                std::to_string(seconds), "--json", "--timeline", timeline_path_},
+                                               "", false, "trace"));
+  // Attached once it announces the session; loading BPF takes a few hundred ms.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    if (read_file(trace_->stderr_path()).find("Tracing") != std::string::npos) {
+      attached_ = true;
+      source_ = "quanta-trace";
+      error_ = uprobe_error + "; measured with quanta-trace handoff instead";
+      return;
+    }
+    if (!trace_->running()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  std::string tail = last_line(read_file(trace_->stderr_path()));
+  error_ = uprobe_error + "; quanta-trace handoff did not attach either" + (tail.empty() ? std::string() : " (" + tail + ")");
+  trace_->stop(std::chrono::milliseconds(500));
+  trace_.reset();
 }
 
 HandoffTracer::~HandoffTracer() = default;

@@ -1,7 +1,7 @@
-// Handoff latencies from Quanta's own USDT probes in the shim (quanta:release and
-// quanta:gate_wait_end): through `quanta-trace handoff --timeline` when it attaches, else
-// through tracefs uprobes on the same probes. Either way every release-to-next-launch
-// interval is a sample, timed by the kernel on CLOCK_MONOTONIC.
+// Handoff latencies from Quanta's own USDT probes in the shim (quanta:release,
+// quanta:gate_wait_begin/end): through tracefs uprobes, else `quanta-trace handoff
+// --timeline`. Either way every release-to-next-launch interval is a sample, timed by the
+// kernel on CLOCK_MONOTONIC.
 #pragma once
 
 #include "harness.h"

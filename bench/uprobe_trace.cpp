@@ -190,24 +190,34 @@ std::vector<ProbeHit> UprobeSession::collect() {
 
 std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices) {
-  struct Pending {
+  struct Release {
     int tenant = -1;
     uint64_t ts_ns = 0;
   };
-  std::map<int, Pending> released;  // device -> last release not yet followed
+  std::map<int, Release> released;            // device -> last release not yet handed on
+  std::map<int, uint64_t> waiting_since;      // tenant -> gate_wait_begin of its current wait
   std::vector<double> out;
   for (const auto& hit : hits) {
     auto tenant = tenant_of_tid.find(hit.tid);
     if (tenant == tenant_of_tid.end() || tenant->second < 0 || static_cast<size_t>(tenant->second) >= tenant_devices.size()) continue;
-    int device = tenant_devices[tenant->second];
+    int who = tenant->second;
+    int device = tenant_devices[who];
     if (hit.probe == "release") {
-      released[device] = Pending{tenant->second, hit.ts_ns};
+      released[device] = Release{who, hit.ts_ns};
+    } else if (hit.probe == "gate_wait_begin") {
+      waiting_since.emplace(who, hit.ts_ns);
     } else if (hit.probe == "gate_wait_end") {
+      auto began = waiting_since.find(who);
       auto pending = released.find(device);
-      if (pending != released.end() && pending->second.tenant != tenant->second) {
+      // A handoff: another tenant, already waiting when the GPU was released, passes
+      // its gate. A tenant that started waiting later measures its own lateness, not
+      // the handoff, and is left out.
+      if (pending != released.end() && pending->second.tenant != who && began != waiting_since.end() &&
+          began->second <= pending->second.ts_ns) {
         out.push_back(static_cast<double>(hit.ts_ns - pending->second.ts_ns) / 1e3);
         released.erase(pending);
       }
+      if (began != waiting_since.end()) waiting_since.erase(began);
     }
   }
   return out;

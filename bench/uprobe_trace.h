@@ -50,8 +50,9 @@ class UprobeSession {
 };
 
 // Handoffs from hits: on each device, a `release` by one tenant to the next
-// `gate_wait_end` by another; threads are mapped to tenants (and tenants to devices) by
-// the caller. Returns microseconds.
+// `gate_wait_end` of another tenant that was already waiting at its gate (its
+// `gate_wait_begin` came before the release). Threads are mapped to tenants (and tenants
+// to devices) by the caller. Returns microseconds.
 std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices);
 

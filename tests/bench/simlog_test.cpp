@@ -72,3 +72,37 @@ TEST(Shares, WithoutALogTheTenantsKernelSecondsCount) {
 
 }  // namespace
 }  // namespace quanta::bench
+
+#include "uprobe_trace.h"
+
+namespace quanta::bench {
+namespace {
+
+TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
+  // Tenant 0 (tids 10, 11) releases at 100; tenant 1 (tid 20), waiting since 50, passes
+  // its gate at 130: a 30 ns handoff... in microseconds 0.03.
+  std::vector<ProbeHit> hits = {{"gate_wait_begin", 20, 50}, {"release", 11, 100}, {"gate_wait_end", 20, 130}};
+  std::map<uint32_t, int> tenants = {{10, 0}, {11, 0}, {20, 1}};
+  auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_DOUBLE_EQ(handoffs[0], 0.03);
+}
+
+TEST(Handoffs, IgnoreWaitsThatBeganAfterTheReleaseAndOtherDevices) {
+  std::vector<ProbeHit> hits = {
+      {"release", 10, 100},
+      {"gate_wait_begin", 20, 5000}, {"gate_wait_end", 20, 6000},  // started waiting late
+      {"gate_wait_begin", 30, 50}, {"gate_wait_end", 30, 150},     // another device
+      {"gate_wait_begin", 10, 7000}, {"gate_wait_end", 10, 7100},  // the releaser itself
+  };
+  std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}, {30, 2}};
+  EXPECT_TRUE(handoffs_from_hits(hits, tenants, {0, 0, 1}).empty());
+}
+
+TEST(UsdtNotes, AFileWithoutProbesIsRefusedClearly) {
+  // This test binary has no probes: reading it must say so, not crash.
+  EXPECT_THROW(read_usdt_probes("/proc/self/exe"), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace quanta::bench
