@@ -25,9 +25,14 @@ CUresult valid_context(CUcontext ctx) {
 
 extern "C" {
 
-CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) { return push_new_context(pctx, flags, dev); }
-CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) { return push_new_context(pctx, flags, dev); }
-CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int numParams, unsigned int flags, CUdevice dev) {
+CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return push_new_context(pctx, flags, dev);
+}
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return push_new_context(pctx, flags, dev);
+}
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam*, int numParams, unsigned int flags,
+                        CUdevice dev) {
   if (numParams < 0) return CUDA_ERROR_INVALID_VALUE;
   return push_new_context(pctx, flags, dev);
 }
@@ -41,7 +46,9 @@ CUresult cuCtxDestroy_v2(CUcontext ctx) {
   destroy_context(ctx);
   return CUDA_SUCCESS;
 }
-CUresult cuCtxDestroy(CUcontext ctx) { return cuCtxDestroy_v2(ctx); }
+CUresult cuCtxDestroy(CUcontext ctx) {
+  return cuCtxDestroy_v2(ctx);
+}
 
 CUresult cuCtxSetCurrent(CUcontext ctx) {
   SIMGPU_REQUIRE_INIT();
@@ -51,8 +58,10 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
   }
   if (!has_handle(ctx, HandleKind::Context)) return CUDA_ERROR_INVALID_CONTEXT;
-  if (stack.empty()) stack.push_back(ctx);
-  else stack.back() = ctx;
+  if (stack.empty())
+    stack.push_back(ctx);
+  else
+    stack.back() = ctx;
   return CUDA_SUCCESS;
 }
 
@@ -68,7 +77,9 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   context_stack().push_back(ctx);
   return CUDA_SUCCESS;
 }
-CUresult cuCtxPushCurrent(CUcontext ctx) { return cuCtxPushCurrent_v2(ctx); }
+CUresult cuCtxPushCurrent(CUcontext ctx) {
+  return cuCtxPushCurrent_v2(ctx);
+}
 
 CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   SIMGPU_REQUIRE_INIT();
@@ -78,7 +89,9 @@ CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   stack.pop_back();
   return CUDA_SUCCESS;
 }
-CUresult cuCtxPopCurrent(CUcontext* pctx) { return cuCtxPopCurrent_v2(pctx); }
+CUresult cuCtxPopCurrent(CUcontext* pctx) {
+  return cuCtxPopCurrent_v2(pctx);
+}
 
 CUresult cuCtxGetDevice(CUdevice* device) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
@@ -144,10 +157,18 @@ CUresult cuCtxGetLimit(size_t* pvalue, CUlimit limit) {
   (void)ctx;
   if (pvalue == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (limit) {
-    case CU_LIMIT_STACK_SIZE: *pvalue = 1024; break;
-    case CU_LIMIT_PRINTF_FIFO_SIZE: *pvalue = 1 << 20; break;
-    case CU_LIMIT_MALLOC_HEAP_SIZE: *pvalue = 8 << 20; break;
-    default: *pvalue = 0; break;
+    case CU_LIMIT_STACK_SIZE:
+      *pvalue = 1024;
+      break;
+    case CU_LIMIT_PRINTF_FIFO_SIZE:
+      *pvalue = 1 << 20;
+      break;
+    case CU_LIMIT_MALLOC_HEAP_SIZE:
+      *pvalue = 8 << 20;
+      break;
+    default:
+      *pvalue = 0;
+      break;
   }
   return CUDA_SUCCESS;
 }
@@ -209,7 +230,9 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (to_destroy) destroy_context(to_destroy);
   return CUDA_SUCCESS;
 }
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return cuDevicePrimaryCtxRelease_v2(dev);
+}
 
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   SIMGPU_REQUIRE_INIT();
@@ -223,7 +246,9 @@ CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (ctx) destroy_context(ctx);
   return CUDA_SUCCESS;
 }
-CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return cuDevicePrimaryCtxReset_v2(dev);
+}
 
 CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   SIMGPU_REQUIRE_INIT();
@@ -245,6 +270,8 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   if (rt.primary[dev]) rt.primary[dev]->flags = flags;
   return CUDA_SUCCESS;
 }
-CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) { return cuDevicePrimaryCtxSetFlags_v2(dev, flags); }
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+}
 
 }  // extern "C"

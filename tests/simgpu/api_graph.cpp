@@ -35,7 +35,8 @@ CUresult add_node(CUgraphNode* phGraphNode, CUgraph hGraph, std::unique_ptr<CUgr
   return CUDA_SUCCESS;
 }
 
-CUresult add_kernel_node(CUgraphNode* phGraphNode, CUgraph hGraph, CUfunction func, void** kernelParams, void** extra) {
+CUresult add_kernel_node(CUgraphNode* phGraphNode, CUgraph hGraph, CUfunction func,
+                         void** kernelParams, void** extra) {
   SIMGPU_REQUIRE_INIT();
   CUfunc_st* fn = resolve_function(func);
   if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -91,15 +92,17 @@ CUresult cuGraphDestroy(CUgraph hGraph) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
-                                 const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
+CUresult cuGraphAddKernelNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*,
+                                 size_t, const CUDA_KERNEL_NODE_PARAMS* nodeParams) {
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams, nodeParams->extra);
+  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams,
+                         nodeParams->extra);
 }
 CUresult cuGraphAddKernelNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
                               const CUDA_KERNEL_NODE_PARAMS_v1* nodeParams) {
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams, nodeParams->extra);
+  return add_kernel_node(phGraphNode, hGraph, nodeParams->func, nodeParams->kernelParams,
+                         nodeParams->extra);
 }
 
 CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t) {
@@ -110,12 +113,15 @@ CUresult cuGraphAddEmptyNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUg
 // The allocation is made (and charged) when the node is added and lives until it is
 // freed with cuMemFree (a free node does nothing); the driver instead
 // charges it per launch. Only the address and the capacity are observable here.
-CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
-                                CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
+CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*,
+                                size_t, CUDA_MEM_ALLOC_NODE_PARAMS* nodeParams) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
-  if (nodeParams == nullptr || !has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
+  if (nodeParams == nullptr || !has_handle(hGraph, HandleKind::Graph))
+    return CUDA_ERROR_INVALID_VALUE;
   CUdeviceptr p = 0;
-  if (CUresult r = allocate_device_memory(ctx, nodeParams->bytesize, AllocKind::Pool, &p); r != CUDA_SUCCESS) return r;
+  if (CUresult r = allocate_device_memory(ctx, nodeParams->bytesize, AllocKind::Pool, &p);
+      r != CUDA_SUCCESS)
+    return r;
   auto node = std::make_unique<CUgraphNode_st>();
   node->type = GraphNodeType::MemAlloc;
   node->dptr = p;
@@ -123,7 +129,8 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph, const 
   return add_node(phGraphNode, hGraph, std::move(node));
 }
 
-CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t, CUdeviceptr dptr) {
+CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, size_t,
+                               CUdeviceptr dptr) {
   SIMGPU_REQUIRE_INIT();
   auto node = std::make_unique<CUgraphNode_st>();
   node->type = GraphNodeType::MemFree;
@@ -133,8 +140,8 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode* phGraphNode, CUgraph hGraph, const C
 
 // The generic node API (CUDA 12.2+): kernel, allocation, free and empty nodes; other
 // node types are not modelled.
-CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*, const CUgraphEdgeData*, size_t,
-                           CUgraphNodeParams* nodeParams) {
+CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode*,
+                           const CUgraphEdgeData*, size_t, CUgraphNodeParams* nodeParams) {
   SIMGPU_REQUIRE_INIT();
   if (nodeParams == nullptr) return CUDA_ERROR_INVALID_VALUE;
   switch (nodeParams->type) {
@@ -151,12 +158,16 @@ CUresult cuGraphAddNode_v2(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgra
       if (r == CUDA_SUCCESS) nodeParams->alloc.dptr = legacy.dptr;
       return r;
     }
-    case CU_GRAPH_NODE_TYPE_MEM_FREE: return cuGraphAddMemFreeNode(phGraphNode, hGraph, nullptr, 0, nodeParams->free.dptr);
-    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(phGraphNode, hGraph, nullptr, 0);
-    default: return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return cuGraphAddMemFreeNode(phGraphNode, hGraph, nullptr, 0, nodeParams->free.dptr);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return cuGraphAddEmptyNode(phGraphNode, hGraph, nullptr, 0);
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
   }
 }
-CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* deps, size_t n, CUgraphNodeParams* nodeParams) {
+CUresult cuGraphAddNode(CUgraphNode* phGraphNode, CUgraph hGraph, const CUgraphNode* deps, size_t n,
+                        CUgraphNodeParams* nodeParams) {
   return cuGraphAddNode_v2(phGraphNode, hGraph, deps, nullptr, n, nodeParams);
 }
 
@@ -166,15 +177,20 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph, u
 CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode*, char*, size_t) {
   return instantiate(phGraphExec, hGraph);
 }
-CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode*, char*, size_t) {
+CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode*, char*,
+                               size_t) {
   return instantiate(phGraphExec, hGraph);
 }
-CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                      CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   CUresult r = instantiate(phGraphExec, hGraph);
-  if (params != nullptr) params->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  if (params != nullptr)
+    params->result_out =
+        r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
   return r;
 }
-CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                           CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   return cuGraphInstantiateWithParams(phGraphExec, hGraph, params);
 }
 
@@ -182,10 +198,16 @@ CUresult cuGraphUpload(CUgraphExec exec, CUstream) {
   SIMGPU_REQUIRE_INIT();
   return has_handle(exec, HandleKind::GraphExec) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
-CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) { return cuGraphUpload(exec, s); }
+CUresult cuGraphUpload_ptsz(CUgraphExec exec, CUstream s) {
+  return cuGraphUpload(exec, s);
+}
 
-CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) { return graph_launch(hGraphExec, hStream); }
-CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) { return graph_launch(hGraphExec, hStream); }
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_launch(hGraphExec, hStream);
+}
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return graph_launch(hGraphExec, hStream);
+}
 
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
   SIMGPU_REQUIRE_INIT();

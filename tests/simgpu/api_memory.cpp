@@ -42,11 +42,14 @@ CUmemPoolHandle_st g_default_pools[kMaxDevices];
 size_t format_bytes(CUarray_format f) {
   switch (f) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    default: return 4;
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;
   }
 }
 
@@ -83,12 +86,15 @@ CUresult transfer(CUstream h, size_t bytes, bool synchronous) {
 
 enum class CopyKind { HtoD, DtoH, DtoD, Any };
 
-CUresult copy(CopyKind kind, void* dst, const void* src, size_t bytes, CUstream h, bool synchronous) {
+CUresult copy(CopyKind kind, void* dst, const void* src, size_t bytes, CUstream h,
+              bool synchronous) {
   SIMGPU_REQUIRE_INIT();
   const auto dst_dev = reinterpret_cast<CUdeviceptr>(dst);
   const auto src_dev = reinterpret_cast<CUdeviceptr>(src);
-  if ((kind == CopyKind::HtoD || kind == CopyKind::DtoD) && !is_device_range(dst_dev, bytes)) return CUDA_ERROR_INVALID_VALUE;
-  if ((kind == CopyKind::DtoH || kind == CopyKind::DtoD) && !is_device_range(src_dev, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  if ((kind == CopyKind::HtoD || kind == CopyKind::DtoD) && !is_device_range(dst_dev, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
+  if ((kind == CopyKind::DtoH || kind == CopyKind::DtoD) && !is_device_range(src_dev, bytes))
+    return CUDA_ERROR_INVALID_VALUE;
   if (bytes > 0 && (dst == nullptr || src == nullptr)) return CUDA_ERROR_INVALID_VALUE;
   if (bytes > 0) std::memmove(dst, src, bytes);
   return transfer(h, bytes, synchronous);
@@ -105,13 +111,16 @@ CUresult set(CUdeviceptr dst, T value, size_t count, CUstream h, bool synchronou
 
 CUresult create_array(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
-  if (pHandle == nullptr || desc.Width == 0 || desc.NumChannels == 0) return CUDA_ERROR_INVALID_VALUE;
-  const size_t bytes = desc.Width * std::max<size_t>(desc.Height, 1) * std::max<size_t>(desc.Depth, 1) *
-                       desc.NumChannels * format_bytes(desc.Format);
+  if (pHandle == nullptr || desc.Width == 0 || desc.NumChannels == 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  const size_t bytes = desc.Width * std::max<size_t>(desc.Height, 1) *
+                       std::max<size_t>(desc.Depth, 1) * desc.NumChannels *
+                       format_bytes(desc.Format);
   auto* a = new CUarray_st();
   a->size = bytes;
   a->desc = desc;
-  if (CUresult r = allocate_device_memory(ctx, bytes, AllocKind::Array, &a->ptr); r != CUDA_SUCCESS) {
+  if (CUresult r = allocate_device_memory(ctx, bytes, AllocKind::Array, &a->ptr);
+      r != CUDA_SUCCESS) {
     delete a;
     return r;
   }
@@ -122,10 +131,12 @@ CUresult create_array(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR& desc) {
 
 // 2D sets: Height rows of Width elements, rows dstPitch bytes apart.
 template <typename T>
-CUresult set_2d(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream h, bool synchronous) {
+CUresult set_2d(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t height, CUstream h,
+                bool synchronous) {
   SIMGPU_REQUIRE_INIT();
   if (height == 0 || width == 0) return CUDA_SUCCESS;
-  if (pitch < width * sizeof(T) || !is_device_range(dst, pitch * (height - 1) + width * sizeof(T))) return CUDA_ERROR_INVALID_VALUE;
+  if (pitch < width * sizeof(T) || !is_device_range(dst, pitch * (height - 1) + width * sizeof(T)))
+    return CUDA_ERROR_INVALID_VALUE;
   for (size_t row = 0; row < height; ++row) {
     T* p = reinterpret_cast<T*>(dst + row * pitch);
     std::fill(p, p + width, value);
@@ -137,7 +148,9 @@ CUresult set_2d(CUdeviceptr dst, size_t pitch, T value, size_t width, size_t hei
 
 extern "C" {
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) { return alloc_current(bytesize, AllocKind::Device, dptr); }
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+  return alloc_current(bytesize, AllocKind::Device, dptr);
+}
 CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
   // The 32-bit legacy entry point can only return addresses below 4 GiB, which a
   // process-local mapping does not give; it is reported as unsupported.
@@ -146,9 +159,11 @@ CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height,
+                            unsigned int ElementSizeBytes) {
   if (pPitch == nullptr || WidthInBytes == 0 || Height == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) return CUDA_ERROR_INVALID_VALUE;
+  if (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16)
+    return CUDA_ERROR_INVALID_VALUE;
   const size_t pitch = (WidthInBytes + 511) / 512 * 512;
   CUresult r = alloc_current(pitch * Height, AllocKind::Pitch, dptr);
   if (r == CUDA_SUCCESS) *pPitch = pitch;
@@ -166,7 +181,9 @@ CUresult cuMemFree_v2(CUdeviceptr dptr) {
   if (!find_allocation(dptr, 1, &a) || a.kind == AllocKind::Host) return CUDA_ERROR_INVALID_VALUE;
   return free_device_memory(dptr);
 }
-CUresult cuMemFree(CUdeviceptr_v1) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuMemFree(CUdeviceptr_v1) {
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
 
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
@@ -204,13 +221,18 @@ CUresult cuMemAllocHost_v2(void** pp, size_t bytesize) {
   if (r == CUDA_SUCCESS) *pp = reinterpret_cast<void*>(p);
   return r;
 }
-CUresult cuMemAllocHost(void** pp, unsigned int bytesize) { return cuMemAllocHost_v2(pp, bytesize); }
-CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int) { return cuMemAllocHost_v2(pp, bytesize); }
+CUresult cuMemAllocHost(void** pp, unsigned int bytesize) {
+  return cuMemAllocHost_v2(pp, bytesize);
+}
+CUresult cuMemHostAlloc(void** pp, size_t bytesize, unsigned int) {
+  return cuMemAllocHost_v2(pp, bytesize);
+}
 
 CUresult cuMemFreeHost(void* p) {
   SIMGPU_REQUIRE_INIT();
   Allocation a;
-  if (!find_allocation(reinterpret_cast<uintptr_t>(p), 1, &a) || a.kind != AllocKind::Host) return CUDA_ERROR_INVALID_VALUE;
+  if (!find_allocation(reinterpret_cast<uintptr_t>(p), 1, &a) || a.kind != AllocKind::Host)
+    return CUDA_ERROR_INVALID_VALUE;
   return free_device_memory(reinterpret_cast<CUdeviceptr>(p));
 }
 
@@ -231,15 +253,19 @@ CUresult cuMemHostUnregister(void*) {
 }
 
 // Stream-ordered allocation and pools.
-CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) { return alloc_on_stream(bytesize, hStream, dptr); }
+CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+  return alloc_on_stream(bytesize, hStream, dptr);
+}
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   return alloc_on_stream(bytesize, hStream, dptr);
 }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   return alloc_on_stream(bytesize, hStream, dptr);
 }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                                      CUstream hStream) {
   return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
@@ -249,7 +275,9 @@ CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   if (CUresult r = resolve_stream(hStream, ctx, s); r != CUDA_SUCCESS) return r;
   return cuMemFree_v2(dptr);
 }
-CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) { return cuMemFreeAsync(dptr, hStream); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return cuMemFreeAsync(dptr, hStream);
+}
 
 CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   SIMGPU_REQUIRE_INIT();
@@ -277,7 +305,9 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
   *pool_out = &g_default_pools[dev];
   return CUDA_SUCCESS;
 }
-CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) { return cuDeviceGetDefaultMemPool(pool, dev); }
+CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
+  return cuDeviceGetDefaultMemPool(pool, dev);
+}
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool) {
   SIMGPU_REQUIRE_INIT();
   return dev >= 0 && dev < runtime().device_count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
@@ -299,19 +329,23 @@ CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) {
 
 // Virtual memory management: a handle is physical memory (a memfd charged to the
 // device), a reservation is PROT_NONE address space, and a mapping puts one in the other.
-CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags) {
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                       CUmemAllocationGranularity_flags) {
   SIMGPU_REQUIRE_INIT();
   if (granularity == nullptr || prop == nullptr) return CUDA_ERROR_INVALID_VALUE;
   *granularity = kVmmGranularity;
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop, unsigned long long) {
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                     const CUmemAllocationProp* prop, unsigned long long) {
   SIMGPU_REQUIRE_INIT();
-  if (handle == nullptr || prop == nullptr || size == 0 || size % kVmmGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (handle == nullptr || prop == nullptr || size == 0 || size % kVmmGranularity != 0)
+    return CUDA_ERROR_INVALID_VALUE;
   Runtime& rt = runtime();
   const int dev = prop->location.id;
-  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 || dev >= rt.device_count) return CUDA_ERROR_INVALID_DEVICE;
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || dev < 0 || dev >= rt.device_count)
+    return CUDA_ERROR_INVALID_DEVICE;
   const int fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
   if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
@@ -340,11 +374,13 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr, unsigned long long) {
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr,
+                             unsigned long long) {
   SIMGPU_REQUIRE_INIT();
   if (ptr == nullptr || size == 0 || size % kVmmGranularity != 0) return CUDA_ERROR_INVALID_VALUE;
   const size_t align = std::max(alignment, kVmmGranularity);
-  void* raw = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* raw =
+      mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   const uintptr_t base = (reinterpret_cast<uintptr_t>(raw) + align - 1) / align * align;
   // Trim the slack so the reservation is exactly [base, base + size).
@@ -362,11 +398,14 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long) {
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long) {
   SIMGPU_REQUIRE_INIT();
   auto* h = reinterpret_cast<MemHandle*>(handle);
-  if (!has_handle(h, HandleKind::MemHandle) || ptr == 0 || size == 0 || offset + size > h->size) return CUDA_ERROR_INVALID_VALUE;
-  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, static_cast<off_t>(offset));
+  if (!has_handle(h, HandleKind::MemHandle) || ptr == 0 || size == 0 || offset + size > h->size)
+    return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(reinterpret_cast<void*>(ptr), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                 h->fd, static_cast<off_t>(offset));
   if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
   Runtime& rt = runtime();
   std::lock_guard lock(rt.mu);
@@ -377,13 +416,16 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   SIMGPU_REQUIRE_INIT();
   if (ptr == 0 || size == 0) return CUDA_ERROR_INVALID_VALUE;
-  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE,
+       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
   Runtime& rt = runtime();
   std::lock_guard lock(rt.mu);
   auto it = rt.allocations.lower_bound(ptr);
   while (it != rt.allocations.end() && it->first < ptr + size) {
-    if (it->second.kind == AllocKind::Vmm) it = rt.allocations.erase(it);
-    else ++it;
+    if (it->second.kind == AllocKind::Vmm)
+      it = rt.allocations.erase(it);
+    else
+      ++it;
   }
   return CUDA_SUCCESS;
 }
@@ -394,7 +436,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                CUmemGenericAllocationHandle handle) {
   SIMGPU_REQUIRE_INIT();
   auto* h = reinterpret_cast<MemHandle*>(handle);
   if (prop == nullptr || !has_handle(h, HandleKind::MemHandle)) return CUDA_ERROR_INVALID_VALUE;
@@ -454,11 +497,14 @@ CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray hArray
   return CUDA_SUCCESS;
 }
 
-CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned int numLevels) {
+CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                unsigned int numLevels) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
-  if (pHandle == nullptr || desc == nullptr || numLevels == 0 || desc->Width == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (pHandle == nullptr || desc == nullptr || numLevels == 0 || desc->Width == 0)
+    return CUDA_ERROR_INVALID_VALUE;
   size_t total = 0;
-  size_t w = desc->Width, h = std::max<size_t>(desc->Height, 1), d = std::max<size_t>(desc->Depth, 1);
+  size_t w = desc->Width, h = std::max<size_t>(desc->Height, 1),
+         d = std::max<size_t>(desc->Depth, 1);
   for (unsigned level = 0; level < numLevels; ++level) {
     total += w * h * d * desc->NumChannels * format_bytes(desc->Format);
     w = std::max<size_t>(w / 2, 1);
@@ -467,7 +513,8 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DE
   }
   auto* m = new CUmipmappedArray_st();
   m->size = total;
-  if (CUresult r = allocate_device_memory(ctx, total, AllocKind::Array, &m->ptr); r != CUDA_SUCCESS) {
+  if (CUresult r = allocate_device_memory(ctx, total, AllocKind::Array, &m->ptr);
+      r != CUDA_SUCCESS) {
     delete m;
     return r;
   }
@@ -487,15 +534,20 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
 // Copies. Unified addressing makes every pointer a plain address; the typed variants
 // check that their device side is device memory.
 CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, nullptr, true);
+  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, nullptr,
+              true);
 }
 CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, CU_STREAM_PER_THREAD, true);
+  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n,
+              CU_STREAM_PER_THREAD, true);
 }
 CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, s, false);
+  return copy(CopyKind::Any, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, s,
+              false);
 }
-CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyAsync(dst, src, n, s); }
+CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return cuMemcpyAsync(dst, src, n, s);
+}
 
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) {
   return copy(CopyKind::HtoD, reinterpret_cast<void*>(dst), src, n, nullptr, true);
@@ -510,50 +562,113 @@ CUresult cuMemcpyDtoH_v2_ptds(void* dst, CUdeviceptr src, size_t n) {
   return copy(CopyKind::DtoH, dst, reinterpret_cast<void*>(src), n, CU_STREAM_PER_THREAD, true);
 }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, nullptr, true);
+  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n,
+              nullptr, true);
 }
 CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) {
-  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, CU_STREAM_PER_THREAD, true);
+  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n,
+              CU_STREAM_PER_THREAD, true);
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
   return copy(CopyKind::HtoD, reinterpret_cast<void*>(dst), src, n, s, false);
 }
-CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) { return cuMemcpyHtoDAsync_v2(dst, src, n, s); }
+CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void* src, size_t n, CUstream s) {
+  return cuMemcpyHtoDAsync_v2(dst, src, n, s);
+}
 CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, CUstream s) {
   return copy(CopyKind::DtoH, dst, reinterpret_cast<void*>(src), n, s, false);
 }
-CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoHAsync_v2(dst, src, n, s); }
-CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
-  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, s, false);
+CUresult cuMemcpyDtoHAsync_v2_ptsz(void* dst, CUdeviceptr src, size_t n, CUstream s) {
+  return cuMemcpyDtoHAsync_v2(dst, src, n, s);
 }
-CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) { return cuMemcpyDtoDAsync_v2(dst, src, n, s); }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return copy(CopyKind::DtoD, reinterpret_cast<void*>(dst), reinterpret_cast<void*>(src), n, s,
+              false);
+}
+CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s) {
+  return cuMemcpyDtoDAsync_v2(dst, src, n, s);
+}
 
 // Sets. The plain forms wait for completion, like the legacy default stream.
-CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) { return set<uint8_t>(d, v, n, nullptr, true); }
-CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) { return set<uint8_t>(d, v, n, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) { return set<uint16_t>(d, v, n, nullptr, true); }
-CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) { return set<uint16_t>(d, v, n, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) { return set<uint32_t>(d, v, n, nullptr, true); }
-CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) { return set<uint32_t>(d, v, n, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return set<uint8_t>(d, v, n, s, false); }
-CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s) { return set<uint8_t>(d, v, n, s, false); }
-CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return set<uint16_t>(d, v, n, s, false); }
-CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s) { return set<uint16_t>(d, v, n, s, false); }
-CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return set<uint32_t>(d, v, n, s, false); }
-CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) { return set<uint32_t>(d, v, n, s, false); }
+CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n) {
+  return set<uint8_t>(d, v, n, nullptr, true);
+}
+CUresult cuMemsetD8_v2_ptds(CUdeviceptr d, unsigned char v, size_t n) {
+  return set<uint8_t>(d, v, n, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD16_v2(CUdeviceptr d, unsigned short v, size_t n) {
+  return set<uint16_t>(d, v, n, nullptr, true);
+}
+CUresult cuMemsetD16_v2_ptds(CUdeviceptr d, unsigned short v, size_t n) {
+  return set<uint16_t>(d, v, n, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD32_v2(CUdeviceptr d, unsigned int v, size_t n) {
+  return set<uint32_t>(d, v, n, nullptr, true);
+}
+CUresult cuMemsetD32_v2_ptds(CUdeviceptr d, unsigned int v, size_t n) {
+  return set<uint32_t>(d, v, n, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD8Async(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
+  return set<uint8_t>(d, v, n, s, false);
+}
+CUresult cuMemsetD8Async_ptsz(CUdeviceptr d, unsigned char v, size_t n, CUstream s) {
+  return set<uint8_t>(d, v, n, s, false);
+}
+CUresult cuMemsetD16Async(CUdeviceptr d, unsigned short v, size_t n, CUstream s) {
+  return set<uint16_t>(d, v, n, s, false);
+}
+CUresult cuMemsetD16Async_ptsz(CUdeviceptr d, unsigned short v, size_t n, CUstream s) {
+  return set<uint16_t>(d, v, n, s, false);
+}
+CUresult cuMemsetD32Async(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
+  return set<uint32_t>(d, v, n, s, false);
+}
+CUresult cuMemsetD32Async_ptsz(CUdeviceptr d, unsigned int v, size_t n, CUstream s) {
+  return set<uint32_t>(d, v, n, s, false);
+}
 
-CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) { return set_2d<uint8_t>(d, pitch, v, w, h, nullptr, true); }
-CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) { return set_2d<uint8_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) { return set_2d<uint16_t>(d, pitch, v, w, h, nullptr, true); }
-CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) { return set_2d<uint16_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) { return set_2d<uint32_t>(d, pitch, v, w, h, nullptr, true); }
-CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) { return set_2d<uint32_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true); }
-CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) { return set_2d<uint8_t>(d, pitch, v, w, h, s, false); }
-CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s) { return set_2d<uint8_t>(d, pitch, v, w, h, s, false); }
-CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) { return set_2d<uint16_t>(d, pitch, v, w, h, s, false); }
-CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s) { return set_2d<uint16_t>(d, pitch, v, w, h, s, false); }
-CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) { return set_2d<uint32_t>(d, pitch, v, w, h, s, false); }
-CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s) { return set_2d<uint32_t>(d, pitch, v, w, h, s, false); }
+CUresult cuMemsetD2D8_v2(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return set_2d<uint8_t>(d, pitch, v, w, h, nullptr, true);
+}
+CUresult cuMemsetD2D8_v2_ptds(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h) {
+  return set_2d<uint8_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD2D16_v2(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return set_2d<uint16_t>(d, pitch, v, w, h, nullptr, true);
+}
+CUresult cuMemsetD2D16_v2_ptds(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h) {
+  return set_2d<uint16_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD2D32_v2(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return set_2d<uint32_t>(d, pitch, v, w, h, nullptr, true);
+}
+CUresult cuMemsetD2D32_v2_ptds(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h) {
+  return set_2d<uint32_t>(d, pitch, v, w, h, CU_STREAM_PER_THREAD, true);
+}
+CUresult cuMemsetD2D8Async(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
+                           CUstream s) {
+  return set_2d<uint8_t>(d, pitch, v, w, h, s, false);
+}
+CUresult cuMemsetD2D8Async_ptsz(CUdeviceptr d, size_t pitch, unsigned char v, size_t w, size_t h,
+                                CUstream s) {
+  return set_2d<uint8_t>(d, pitch, v, w, h, s, false);
+}
+CUresult cuMemsetD2D16Async(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h,
+                            CUstream s) {
+  return set_2d<uint16_t>(d, pitch, v, w, h, s, false);
+}
+CUresult cuMemsetD2D16Async_ptsz(CUdeviceptr d, size_t pitch, unsigned short v, size_t w, size_t h,
+                                 CUstream s) {
+  return set_2d<uint16_t>(d, pitch, v, w, h, s, false);
+}
+CUresult cuMemsetD2D32Async(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
+                            CUstream s) {
+  return set_2d<uint32_t>(d, pitch, v, w, h, s, false);
+}
+CUresult cuMemsetD2D32Async_ptsz(CUdeviceptr d, size_t pitch, unsigned int v, size_t w, size_t h,
+                                 CUstream s) {
+  return set_2d<uint32_t>(d, pitch, v, w, h, s, false);
+}
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   SIMGPU_REQUIRE_INIT();
@@ -562,27 +677,53 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
   uintptr_t base = 0;
   if (!find_allocation(ptr, 1, &a, &base)) return CUDA_ERROR_INVALID_VALUE;
   switch (attribute) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = a.ctx; break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = a.ctx;
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = a.device < 0 ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER: *static_cast<void**>(data) = reinterpret_cast<void*>(ptr); break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = a.kind == AllocKind::Managed; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a.device < 0 ? 0 : a.device; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = a.size; break;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<unsigned*>(data) = 0; break;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *static_cast<CUmemoryPool*>(data) = nullptr; break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = base; break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<unsigned*>(data) = 1; break;
-    default: return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<unsigned*>(data) = a.kind == AllocKind::Managed;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = a.device < 0 ? 0 : a.device;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+      *static_cast<CUdeviceptr*>(data) = base;
+      break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+      *static_cast<size_t*>(data) = a.size;
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<unsigned*>(data) = 1;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *static_cast<unsigned*>(data) = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *static_cast<CUmemoryPool*>(data) = nullptr;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = base;
+      break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+      *static_cast<unsigned*>(data) = 1;
+      break;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_SUCCESS;
 }
 
-CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes, void** data, CUdeviceptr ptr) {
+CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute* attributes,
+                                void** data, CUdeviceptr ptr) {
   SIMGPU_REQUIRE_INIT();
   if (attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < numAttributes; ++i) {

@@ -94,7 +94,9 @@ CUresult module_global(CUmod_st* m, const char* name, CUdeviceptr* dptr, size_t*
   auto it = m->globals.find(name);
   if (it == m->globals.end()) {
     CUdeviceptr p = 0;
-    if (CUresult r = allocate_device_memory(m->ctx, kGlobalBytes, AllocKind::Global, &p); r != CUDA_SUCCESS) return r;
+    if (CUresult r = allocate_device_memory(m->ctx, kGlobalBytes, AllocKind::Global, &p);
+        r != CUDA_SUCCESS)
+      return r;
     it = m->globals.emplace(name, std::make_pair(p, kGlobalBytes)).first;
   }
   if (dptr) *dptr = it->second.first;
@@ -111,12 +113,19 @@ CUresult launch_ex(const CUlaunchConfig* config, CUfunction f, void** kernelPara
 
 extern "C" {
 
-CUresult cuModuleLoad(CUmodule* module, const char* fname) { return load_module(module, fname); }
-CUresult cuModuleLoadData(CUmodule* module, const void* image) { return load_module(module, image); }
-CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*, void**) {
+CUresult cuModuleLoad(CUmodule* module, const char* fname) {
+  return load_module(module, fname);
+}
+CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   return load_module(module, image);
 }
-CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) { return load_module(module, fatCubin); }
+CUresult cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*,
+                            void**) {
+  return load_module(module, image);
+}
+CUresult cuModuleLoadFatBinary(CUmodule* module, const void* fatCubin) {
+  return load_module(module, fatCubin);
+}
 
 CUresult cuModuleUnload(CUmodule hmod) {
   SIMGPU_REQUIRE_INIT();
@@ -146,8 +155,8 @@ CUresult cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
-                           CUlibraryOption*, void**, unsigned int) {
+CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
+                           unsigned int, CUlibraryOption*, void**, unsigned int) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
   if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto* lib = new CUlib_st();
@@ -159,8 +168,9 @@ CUresult cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, 
   return CUDA_SUCCESS;
 }
 
-CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jo, void** jv, unsigned int nj,
-                               CUlibraryOption* lo, void** lv, unsigned int nl) {
+CUresult cuLibraryLoadFromFile(CUlibrary* library, const char* fileName, CUjit_option* jo,
+                               void** jv, unsigned int nj, CUlibraryOption* lo, void** lv,
+                               unsigned int nl) {
   return cuLibraryLoadData(library, fileName, jo, jv, nj, lo, lv, nl);
 }
 
@@ -238,11 +248,19 @@ CUresult cuFuncGetAttribute(int* pi, CUfunction_attribute attrib, CUfunction hfu
   if (pi == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (resolve_function(hfunc) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *pi = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *pi = 16; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *pi = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *pi = 16;
+      break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *pi = 90; break;
-    default: *pi = 0; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *pi = 90;
+      break;
+    default:
+      *pi = 0;
+      break;
   }
   return CUDA_SUCCESS;
 }
@@ -256,38 +274,48 @@ CUresult cuFuncSetCacheConfig(CUfunction hfunc, CUfunc_cache) {
   return resolve_function(hfunc) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
-CUresult cuLaunchKernel(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-                        unsigned int, CUstream hStream, void** kernelParams, void** extra) {
+CUresult cuLaunchKernel(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int,
+                        unsigned int, unsigned int, unsigned int, CUstream hStream,
+                        void** kernelParams, void** extra) {
   return launch(f, hStream, kernelParams, extra);
 }
-CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-                             unsigned int, unsigned int, CUstream hStream, void** kernelParams, void** extra) {
+CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, unsigned int, CUstream hStream,
+                             void** kernelParams, void** extra) {
   return launch(f, hStream, kernelParams, extra);
 }
-CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                          void** extra) {
   return launch_ex(config, f, kernelParams, extra);
 }
-CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams, void** extra) {
+CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** kernelParams,
+                               void** extra) {
   return launch_ex(config, f, kernelParams, extra);
 }
-CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
-                                   unsigned int, unsigned int, CUstream hStream, void** kernelParams) {
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int, unsigned int, unsigned int,
+                                   unsigned int, unsigned int, unsigned int, unsigned int,
+                                   CUstream hStream, void** kernelParams) {
   return launch(f, hStream, kernelParams, nullptr);
 }
-CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int, unsigned int, unsigned int, unsigned int,
-                                        unsigned int, unsigned int, unsigned int, CUstream hStream, void** kernelParams) {
+CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int, unsigned int, unsigned int,
+                                        unsigned int, unsigned int, unsigned int, unsigned int,
+                                        CUstream hStream, void** kernelParams) {
   return launch(f, hStream, kernelParams, nullptr);
 }
-CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList, unsigned int numDevices, unsigned int) {
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
+                                              unsigned int numDevices, unsigned int) {
   SIMGPU_REQUIRE_INIT();
   if (launchParamsList == nullptr || numDevices == 0) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < numDevices; ++i) {
     const CUDA_LAUNCH_PARAMS& p = launchParamsList[i];
-    if (CUresult r = launch(p.function, p.hStream, p.kernelParams, nullptr); r != CUDA_SUCCESS) return r;
+    if (CUresult r = launch(p.function, p.hStream, p.kernelParams, nullptr); r != CUDA_SUCCESS)
+      return r;
   }
   return CUDA_SUCCESS;
 }
-CUresult cuLaunch(CUfunction f) { return launch(f, nullptr, nullptr, nullptr); }
+CUresult cuLaunch(CUfunction f) {
+  return launch(f, nullptr, nullptr, nullptr);
+}
 
 CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int* numBlocks, CUfunction func, int, size_t) {
   SIMGPU_REQUIRE_INIT();

@@ -34,7 +34,8 @@ CUresult stream_query(CUstream h) {
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
-  return engine_for(ctx->device).is_complete(stream_tail(ctx, s)) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return engine_for(ctx->device).is_complete(stream_tail(ctx, s)) ? CUDA_SUCCESS
+                                                                  : CUDA_ERROR_NOT_READY;
 }
 
 CUresult stream_wait_event(CUstream h, CUevent ev, unsigned) {
@@ -105,7 +106,9 @@ CUresult launch_host_func(CUstream h, CUhostFn fn, void* userData) {
 
 extern "C" {
 
-CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) { return create_stream(phStream, Flags, 0); }
+CUresult cuStreamCreate(CUstream* phStream, unsigned int Flags) {
+  return create_stream(phStream, Flags, 0);
+}
 CUresult cuStreamCreateWithPriority(CUstream* phStream, unsigned int flags, int priority) {
   return create_stream(phStream, flags, priority);
 }
@@ -117,12 +120,22 @@ CUresult cuStreamDestroy_v2(CUstream hStream) {
   delete hStream;
   return CUDA_SUCCESS;
 }
-CUresult cuStreamDestroy(CUstream hStream) { return cuStreamDestroy_v2(hStream); }
+CUresult cuStreamDestroy(CUstream hStream) {
+  return cuStreamDestroy_v2(hStream);
+}
 
-CUresult cuStreamSynchronize(CUstream hStream) { return stream_synchronize(hStream); }
-CUresult cuStreamSynchronize_ptsz(CUstream hStream) { return stream_synchronize(hStream); }
-CUresult cuStreamQuery(CUstream hStream) { return stream_query(hStream); }
-CUresult cuStreamQuery_ptsz(CUstream hStream) { return stream_query(hStream); }
+CUresult cuStreamSynchronize(CUstream hStream) {
+  return stream_synchronize(hStream);
+}
+CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  return stream_synchronize(hStream);
+}
+CUresult cuStreamQuery(CUstream hStream) {
+  return stream_query(hStream);
+}
+CUresult cuStreamQuery_ptsz(CUstream hStream) {
+  return stream_query(hStream);
+}
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
   return stream_wait_event(hStream, hEvent, Flags);
 }
@@ -139,8 +152,12 @@ static CUresult stream_get_priority(CUstream h, int* priority) {
   *priority = s ? s->priority : 0;
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetPriority(CUstream hStream, int* priority) { return stream_get_priority(hStream, priority); }
-CUresult cuStreamGetPriority_ptsz(CUstream hStream, int* priority) { return stream_get_priority(hStream, priority); }
+CUresult cuStreamGetPriority(CUstream hStream, int* priority) {
+  return stream_get_priority(hStream, priority);
+}
+CUresult cuStreamGetPriority_ptsz(CUstream hStream, int* priority) {
+  return stream_get_priority(hStream, priority);
+}
 
 static CUresult stream_get_flags(CUstream h, unsigned int* flags) {
   SIMGPU_REQUIRE_INIT();
@@ -151,8 +168,12 @@ static CUresult stream_get_flags(CUstream h, unsigned int* flags) {
   *flags = s ? s->flags : 0;
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) { return stream_get_flags(hStream, flags); }
-CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) { return stream_get_flags(hStream, flags); }
+CUresult cuStreamGetFlags(CUstream hStream, unsigned int* flags) {
+  return stream_get_flags(hStream, flags);
+}
+CUresult cuStreamGetFlags_ptsz(CUstream hStream, unsigned int* flags) {
+  return stream_get_flags(hStream, flags);
+}
 
 static CUresult stream_get_ctx(CUstream h, CUcontext* pctx) {
   SIMGPU_REQUIRE_INIT();
@@ -163,8 +184,12 @@ static CUresult stream_get_ctx(CUstream h, CUcontext* pctx) {
   *pctx = ctx;
   return CUDA_SUCCESS;
 }
-CUresult cuStreamGetCtx(CUstream hStream, CUcontext* pctx) { return stream_get_ctx(hStream, pctx); }
-CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) { return stream_get_ctx(hStream, pctx); }
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext* pctx) {
+  return stream_get_ctx(hStream, pctx);
+}
+CUresult cuStreamGetCtx_ptsz(CUstream hStream, CUcontext* pctx) {
+  return stream_get_ctx(hStream, pctx);
+}
 
 CUresult cuStreamGetCtx_v2(CUstream hStream, CUcontext* pCtx, CUgreenCtx* pGreenCtx) {
   if (pGreenCtx != nullptr) *pGreenCtx = nullptr;
@@ -174,7 +199,9 @@ CUresult cuStreamGetCtx_v2_ptsz(CUstream hStream, CUcontext* pCtx, CUgreenCtx* p
   return cuStreamGetCtx_v2(hStream, pCtx, pGreenCtx);
 }
 
-CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) { return launch_host_func(hStream, fn, userData); }
+CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void* userData) {
+  return launch_host_func(hStream, fn, userData);
+}
 CUresult cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void* userData) {
   return launch_host_func(hStream, fn, userData);
 }
@@ -197,11 +224,19 @@ CUresult cuEventDestroy_v2(CUevent hEvent) {
   delete hEvent;
   return CUDA_SUCCESS;
 }
-CUresult cuEventDestroy(CUevent hEvent) { return cuEventDestroy_v2(hEvent); }
+CUresult cuEventDestroy(CUevent hEvent) {
+  return cuEventDestroy_v2(hEvent);
+}
 
-CUresult cuEventRecord(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
-CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) { return event_record(hEvent, hStream); }
-CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int) { return event_record(hEvent, hStream); }
+CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream);
+}
+CUresult cuEventRecord_ptsz(CUevent hEvent, CUstream hStream) {
+  return event_record(hEvent, hStream);
+}
+CUresult cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int) {
+  return event_record(hEvent, hStream);
+}
 CUresult cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int) {
   return event_record(hEvent, hStream);
 }
@@ -210,7 +245,8 @@ CUresult cuEventQuery(CUevent hEvent) {
   SIMGPU_REQUIRE_INIT();
   if (!has_handle(hEvent, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
   if (!hEvent->recorded) return CUDA_SUCCESS;
-  return engine_for(hEvent->ticket.device).is_complete(hEvent->ticket) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  return engine_for(hEvent->ticket.device).is_complete(hEvent->ticket) ? CUDA_SUCCESS
+                                                                       : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent) {
@@ -223,7 +259,8 @@ CUresult cuEventSynchronize(CUevent hEvent) {
 CUresult cuEventElapsedTime_v2(float* pMilliseconds, CUevent hStart, CUevent hEnd) {
   SIMGPU_REQUIRE_INIT();
   if (pMilliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (!has_handle(hStart, HandleKind::Event) || !has_handle(hEnd, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!has_handle(hStart, HandleKind::Event) || !has_handle(hEnd, HandleKind::Event))
+    return CUDA_ERROR_INVALID_HANDLE;
   if ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   if (!hStart->recorded || !hEnd->recorded) return CUDA_ERROR_INVALID_HANDLE;
   uint64_t t0 = 0, t1 = 0;

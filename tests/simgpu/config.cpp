@@ -2,11 +2,11 @@
 // the value and what is allowed, because a silently defaulted fake GPU makes tests lie.
 #include "config.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
-
-#include <unistd.h>
 
 namespace quanta::simgpu {
 namespace {
@@ -60,16 +60,26 @@ bool parse_byte_size(const std::string& text, uint64_t& bytes) {
   if (!parse_u64(text.substr(0, digits), number)) return false;
   const std::string suffix = text.substr(digits);
   uint64_t unit = 1;
-  if (suffix.empty()) unit = 1;
-  else if (suffix == "K") unit = 1000ULL;
-  else if (suffix == "M") unit = 1000ULL * 1000;
-  else if (suffix == "G") unit = 1000ULL * 1000 * 1000;
-  else if (suffix == "T") unit = 1000ULL * 1000 * 1000 * 1000;
-  else if (suffix == "Ki") unit = 1ULL << 10;
-  else if (suffix == "Mi") unit = 1ULL << 20;
-  else if (suffix == "Gi") unit = 1ULL << 30;
-  else if (suffix == "Ti") unit = 1ULL << 40;
-  else return false;
+  if (suffix.empty())
+    unit = 1;
+  else if (suffix == "K")
+    unit = 1000ULL;
+  else if (suffix == "M")
+    unit = 1000ULL * 1000;
+  else if (suffix == "G")
+    unit = 1000ULL * 1000 * 1000;
+  else if (suffix == "T")
+    unit = 1000ULL * 1000 * 1000 * 1000;
+  else if (suffix == "Ki")
+    unit = 1ULL << 10;
+  else if (suffix == "Mi")
+    unit = 1ULL << 20;
+  else if (suffix == "Gi")
+    unit = 1ULL << 30;
+  else if (suffix == "Ti")
+    unit = 1ULL << 40;
+  else
+    return false;
   if (number != 0 && unit > UINT64_MAX / number) return false;
   bytes = number * unit;
   return true;
@@ -91,9 +101,12 @@ bool parse_uuid(const std::string& text, const char* prefix, uint8_t out[16]) {
     unsigned value = 0;
     for (int j = 0; j < 2; ++j) {
       char c = static_cast<char>(std::tolower(static_cast<unsigned char>(hex[2 * i + j])));
-      if (c >= '0' && c <= '9') value = value * 16 + static_cast<unsigned>(c - '0');
-      else if (c >= 'a' && c <= 'f') value = value * 16 + static_cast<unsigned>(c - 'a' + 10);
-      else return false;
+      if (c >= '0' && c <= '9')
+        value = value * 16 + static_cast<unsigned>(c - '0');
+      else if (c >= 'a' && c <= 'f')
+        value = value * 16 + static_cast<unsigned>(c - 'a' + 10);
+      else
+        return false;
     }
     out[i] = static_cast<uint8_t>(value);
   }
@@ -149,7 +162,8 @@ bool parse_config(EnvLookup env, Config& out, std::string& error) {
   if ((v = env("SIMGPU_UUIDS")) != nullptr) {
     auto parts = split(v, ',');
     bool ok = parts.size() == static_cast<size_t>(physical);
-    for (size_t i = 0; ok && i < parts.size(); ++i) ok = parse_uuid(parts[i], "GPU-", uuids[i].data());
+    for (size_t i = 0; ok && i < parts.size(); ++i)
+      ok = parse_uuid(parts[i], "GPU-", uuids[i].data());
     if (!ok) {
       error = bad("SIMGPU_UUIDS", v,
                   "expected one GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx (hex) per device, "

@@ -63,7 +63,8 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ULL + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool DeviceEngine::register_context(int32_t pid, int& slot, uint64_t& generation, uint64_t& context_id) {
+bool DeviceEngine::register_context(int32_t pid, int& slot, uint64_t& generation,
+                                    uint64_t& context_id) {
   DeviceLock lock(dev_);
   advance(monotonic_ns());
   for (int i = 0; i < kMaxContexts; ++i) {
@@ -225,9 +226,10 @@ void DeviceEngine::log_slice(int slot, uint64_t start, uint64_t end) {
   if (fd < 0) return;
   const ContextSlot& c = dev_.contexts[slot];
   char line[160];
-  const int n = std::snprintf(line, sizeof line, "slice %d %llu %d %llu %llu\n", device_,
-                              static_cast<unsigned long long>(c.context_id), c.pid,
-                              static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
+  const int n =
+      std::snprintf(line, sizeof line, "slice %d %llu %d %llu %llu\n", device_,
+                    static_cast<unsigned long long>(c.context_id), c.pid,
+                    static_cast<unsigned long long>(start), static_cast<unsigned long long>(end));
   if (n > 0) {
     // One write per line on an O_APPEND descriptor keeps lines whole across processes.
     [[maybe_unused]] ssize_t written = write(fd, line, static_cast<size_t>(n));
@@ -248,11 +250,13 @@ void DeviceEngine::advance(uint64_t now) {
         return;
       }
       uint64_t start = e.clock_ns;
-      if (e.last_ran >= 0 && e.last_ran != next) start = std::max(start, e.last_end_ns + state_->switch_ns);
+      if (e.last_ran >= 0 && e.last_ran != next)
+        start = std::max(start, e.last_end_ns + state_->switch_ns);
       e.running = next;
       e.slice_start_ns = start;
       ContextSlot& c = dev_.contexts[next];
-      SliceRecord* last = c.ring_count ? &c.ring[(c.ring_next + kSliceRing - 1) % kSliceRing] : nullptr;
+      SliceRecord* last =
+          c.ring_count ? &c.ring[(c.ring_next + kSliceRing - 1) % kSliceRing] : nullptr;
       // A context that simply keeps the engine extends its record instead of pushing one.
       if (last == nullptr || last->exec_end != c.executed ||
           last->time_start + (last->exec_end - last->exec_start) != start) {

@@ -21,7 +21,8 @@ struct Ticket {
 
 class DeviceEngine {
  public:
-  DeviceEngine(SharedState* state, int device) : state_(state), dev_(state->devices[device]), device_(device) {}
+  DeviceEngine(SharedState* state, int device)
+      : state_(state), dev_(state->devices[device]), device_(device) {}
 
   // Registers a context of this process; returns false when the registry is full.
   bool register_context(int32_t pid, int& slot, uint64_t& generation, uint64_t& context_id);

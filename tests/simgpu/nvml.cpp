@@ -1,5 +1,7 @@
 // The fake libnvidia-ml.so.1: NVML's device, memory, process and utilisation queries,
 // answered from the same shared device model the fake libcuda.so.1 keeps.
+#include <strings.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -7,8 +9,6 @@
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <strings.h>
 
 #include "../../common/nvml_api.h"
 #include "config.h"
@@ -87,7 +87,8 @@ struct ProcessRow {
 };
 
 template <typename Info>
-nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* infos, bool with_instances) {
+nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* infos,
+                               bool with_instances) {
   nvmlReturn_t rc;
   DeviceState* d = device_of(device, rc);
   if (d == nullptr) return rc;
@@ -99,7 +100,8 @@ nvmlReturn_t running_processes(nvmlDevice_t device, unsigned* infoCount, Info* i
     reap_dead_processes(*d);
     mig = d->mig_instance;
     for (const ProcessUsage& p : d->processes) {
-      if (p.pid != 0 && (p.contexts > 0 || p.bytes > 0)) rows.push_back({static_cast<unsigned>(p.pid), p.bytes});
+      if (p.pid != 0 && (p.contexts > 0 || p.bytes > 0))
+        rows.push_back({static_cast<unsigned>(p.pid), p.bytes});
     }
   }
   const unsigned capacity = *infoCount;
@@ -126,9 +128,15 @@ using namespace quanta::simgpu;
 
 extern "C" {
 
-nvmlReturn_t nvmlInit_v2(void) { return init(); }
-nvmlReturn_t nvmlInit(void) { return init(); }
-nvmlReturn_t nvmlInitWithFlags(unsigned int) { return init(); }
+nvmlReturn_t nvmlInit_v2(void) {
+  return init();
+}
+nvmlReturn_t nvmlInit(void) {
+  return init();
+}
+nvmlReturn_t nvmlInitWithFlags(unsigned int) {
+  return init();
+}
 
 nvmlReturn_t nvmlShutdown(void) {
   NvmlState& n = nvml();
@@ -140,22 +148,38 @@ nvmlReturn_t nvmlShutdown(void) {
 
 const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+      return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_MEMORY:
+      return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -169,7 +193,9 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* cudaDriverVersion) {
   *cudaDriverVersion = 13000;
   return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) { return nvmlSystemGetCudaDriverVersion(v); }
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* v) {
+  return nvmlSystemGetCudaDriverVersion(v);
+}
 
 nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
   if (nvml().init_count == 0) return NVML_ERROR_UNINITIALIZED;
@@ -177,7 +203,9 @@ nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* deviceCount) {
   *deviceCount = nvml().device_count;
   return NVML_SUCCESS;
 }
-nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount) { return nvmlDeviceGetCount_v2(deviceCount); }
+nvmlReturn_t nvmlDeviceGetCount(unsigned int* deviceCount) {
+  return nvmlDeviceGetCount_v2(deviceCount);
+}
 
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   NvmlState& n = nvml();
@@ -249,13 +277,16 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
   return NVML_SUCCESS;
 }
 
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_v1_t* infos) {
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* infoCount,
+                                                  nvmlProcessInfo_v1_t* infos) {
   return running_processes(device, infoCount, infos, false);
 }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_v2_t* infos) {
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* infoCount,
+                                                     nvmlProcessInfo_v2_t* infos) {
   return running_processes(device, infoCount, infos, true);
 }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t* infos) {
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
+                                                     nvmlProcessInfo_t* infos) {
   return running_processes(device, infoCount, infos, true);
 }
 

@@ -32,7 +32,8 @@ constexpr ProcEntry kProcTable[] = {
 
 }  // namespace
 
-ProcLookup lookup_proc(const char* name, int cuda_version, bool per_thread, void** fn, const char** symbol) {
+ProcLookup lookup_proc(const char* name, int cuda_version, bool per_thread, void** fn,
+                       const char** symbol) {
   const ProcEntry* plain = nullptr;
   const ProcEntry* threaded = nullptr;
   bool known = false;
@@ -45,7 +46,9 @@ ProcLookup lookup_proc(const char* name, int cuda_version, bool per_thread, void
   }
   const ProcEntry* chosen = plain;
   // The per-thread variant wins unless a newer plain version superseded it.
-  if (per_thread && threaded != nullptr && (plain == nullptr || threaded->version >= plain->version)) chosen = threaded;
+  if (per_thread && threaded != nullptr &&
+      (plain == nullptr || threaded->version >= plain->version))
+    chosen = threaded;
   if (chosen == nullptr) {
     *fn = nullptr;
     return known ? ProcLookup::VersionNotSufficient : ProcLookup::SymbolNotFound;

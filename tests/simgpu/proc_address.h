@@ -10,6 +10,7 @@ enum class ProcLookup { Found, SymbolNotFound, VersionNotSufficient };
 
 // Picks the export for `name` as the driver would for `cuda_version`: the newest entry at
 // or below that version; with `per_thread`, its _ptds/_ptsz variant when one exists.
-ProcLookup lookup_proc(const char* name, int cuda_version, bool per_thread, void** fn, const char** symbol = nullptr);
+ProcLookup lookup_proc(const char* name, int cuda_version, bool per_thread, void** fn,
+                       const char** symbol = nullptr);
 
 }  // namespace quanta::simgpu

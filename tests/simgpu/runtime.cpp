@@ -26,7 +26,8 @@ void forget_after_fork() {
 // waiting for a liveness check to notice the process is gone.
 __attribute__((destructor)) void detach_at_exit() {
   if (g_runtime == nullptr || !g_runtime->initialized || g_runtime->pid != getpid()) return;
-  for (int d = 0; d < g_runtime->device_count; ++d) forget_process(g_runtime->state->devices[d], g_runtime->pid);
+  for (int d = 0; d < g_runtime->device_count; ++d)
+    forget_process(g_runtime->state->devices[d], g_runtime->pid);
   detach_shared_state(g_runtime->state);
 }
 
@@ -42,7 +43,9 @@ Runtime& runtime() {
   return *g_runtime;
 }
 
-bool is_initialized() { return runtime().initialized; }
+bool is_initialized() {
+  return runtime().initialized;
+}
 
 CUresult initialize(unsigned flags) {
   Runtime& rt = runtime();
@@ -71,7 +74,9 @@ CUresult initialize(unsigned flags) {
   return rt.init_result;
 }
 
-DeviceEngine engine_for(int device) { return DeviceEngine(runtime().state, device); }
+DeviceEngine engine_for(int device) {
+  return DeviceEngine(runtime().state, device);
+}
 
 void add_handle(const void* h, HandleKind kind) {
   Runtime& rt = runtime();
@@ -125,7 +130,8 @@ void destroy_context(CUctx_st* ctx) {
   {
     std::lock_guard lock(rt.mu);
     for (auto& [ptr, a] : rt.allocations) {
-      if (a.ctx == ctx && a.kind != AllocKind::Host && a.kind != AllocKind::Vmm) owned.push_back(ptr);
+      if (a.ctx == ctx && a.kind != AllocKind::Host && a.kind != AllocKind::Vmm)
+        owned.push_back(ptr);
     }
   }
   for (CUdeviceptr p : owned) free_device_memory(p);
@@ -180,7 +186,8 @@ CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUd
   if (device >= 0 && !reserve_device_memory(rt.state->devices[device], rt.pid, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   // Real process-local memory, backed only when touched, so copies round-trip data.
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
     if (device >= 0) release_device_memory(rt.state->devices[device], rt.pid, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -199,7 +206,8 @@ CUresult free_device_memory(CUdeviceptr ptr) {
   {
     std::lock_guard lock(rt.mu);
     auto it = rt.allocations.find(static_cast<uintptr_t>(ptr));
-    if (it == rt.allocations.end() || it->second.kind == AllocKind::Vmm) return CUDA_ERROR_INVALID_VALUE;
+    if (it == rt.allocations.end() || it->second.kind == AllocKind::Vmm)
+      return CUDA_ERROR_INVALID_VALUE;
     a = it->second;
     rt.allocations.erase(it);
   }

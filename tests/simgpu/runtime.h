@@ -18,7 +18,22 @@
 
 namespace quanta::simgpu {
 
-enum class HandleKind : uint8_t { Context, Stream, Event, Module, Function, Library, Kernel, Graph, GraphExec, GraphNode, Pool, Array, MipmappedArray, MemHandle };
+enum class HandleKind : uint8_t {
+  Context,
+  Stream,
+  Event,
+  Module,
+  Function,
+  Library,
+  Kernel,
+  Graph,
+  GraphExec,
+  GraphNode,
+  Pool,
+  Array,
+  MipmappedArray,
+  MemHandle
+};
 
 }  // namespace quanta::simgpu
 
@@ -76,7 +91,7 @@ enum class AllocKind : uint8_t { Device, Pitch, Managed, Host, Pool, Vmm, Array,
 
 struct Allocation {
   size_t size = 0;
-  int device = -1;        // -1: host memory, not charged to a device
+  int device = -1;  // -1: host memory, not charged to a device
   CUctx_st* ctx = nullptr;
   AllocKind kind = AllocKind::Device;
   bool owns_mapping = true;  // false for VMM ranges (the reservation owns the VA)
@@ -131,16 +146,17 @@ uint64_t transfer_duration_ns(uint64_t bytes);
 CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUdeviceptr* out);
 CUresult free_device_memory(CUdeviceptr ptr);
 // Finds the allocation containing [ptr, ptr+bytes) and copies it out; false if none.
-bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out = nullptr, uintptr_t* base = nullptr);
+bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out = nullptr,
+                     uintptr_t* base = nullptr);
 
 }  // namespace quanta::simgpu
 
-#define SIMGPU_REQUIRE_INIT()                                              \
-  do {                                                                     \
+#define SIMGPU_REQUIRE_INIT()                                                   \
+  do {                                                                          \
     if (!::quanta::simgpu::is_initialized()) return CUDA_ERROR_NOT_INITIALIZED; \
   } while (0)
 
-#define SIMGPU_REQUIRE_CONTEXT(ctx)                                        \
-  SIMGPU_REQUIRE_INIT();                                                   \
-  CUctx_st* ctx = ::quanta::simgpu::current_context();                     \
+#define SIMGPU_REQUIRE_CONTEXT(ctx)                    \
+  SIMGPU_REQUIRE_INIT();                               \
+  CUctx_st* ctx = ::quanta::simgpu::current_context(); \
   if (ctx == nullptr) return CUDA_ERROR_INVALID_CONTEXT

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <algorithm>
 
 namespace quanta::simgpu {
 namespace {
@@ -94,8 +94,10 @@ SharedState* attach_shared_state(const Config& cfg, std::string& error) {
       s->size == sizeof(SharedState)) {
     for (int i = 0; i < kMaxAttached; ++i) {
       if (s->attached[i] == 0) continue;
-      if (s->attached[i] != getpid() && process_alive(s->attached[i])) anyone_alive = true;
-      else s->attached[i] = 0;
+      if (s->attached[i] != getpid() && process_alive(s->attached[i]))
+        anyone_alive = true;
+      else
+        s->attached[i] = 0;
     }
   }
   if (!anyone_alive) reset_state(s, cfg);
@@ -118,7 +120,8 @@ SharedState* attach_shared_state(const Config& cfg, std::string& error) {
 void detach_shared_state(SharedState* state) {
   const int32_t self = getpid();
   for (auto& pid : state->attached) {
-    if (__atomic_load_n(&pid, __ATOMIC_RELAXED) == self) __atomic_store_n(&pid, 0, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&pid, __ATOMIC_RELAXED) == self)
+      __atomic_store_n(&pid, 0, __ATOMIC_RELAXED);
   }
 }
 
@@ -131,7 +134,9 @@ DeviceLock::DeviceLock(DeviceState& dev) : dev_(dev) {
   }
 }
 
-DeviceLock::~DeviceLock() { pthread_mutex_unlock(&dev_.lock); }
+DeviceLock::~DeviceLock() {
+  pthread_mutex_unlock(&dev_.lock);
+}
 
 ProcessUsage* find_process(DeviceState& dev, int32_t pid, bool create) {
   ProcessUsage* free_slot = nullptr;

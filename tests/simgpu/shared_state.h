@@ -53,12 +53,12 @@ struct ProcessUsage {
 };
 
 struct Engine {
-  uint64_t clock_ns;       // device time has been computed up to here
-  int32_t running;         // context slot on the engine, -1 when none
-  int32_t last_ran;        // slot that ran last, -1 before any
+  uint64_t clock_ns;  // device time has been computed up to here
+  int32_t running;    // context slot on the engine, -1 when none
+  int32_t last_ran;   // slot that ran last, -1 before any
   uint64_t slice_start_ns;
-  uint64_t last_end_ns;    // when the last slice ended
-  uint64_t busy_ns;        // total device time spent running work
+  uint64_t last_end_ns;  // when the last slice ended
+  uint64_t busy_ns;      // total device time spent running work
   uint64_t last_reap_ns;
   // Busy time per 100 ms of device time, for NVML's utilisation over the last second.
   uint64_t util_bucket_id[kUtilBuckets];

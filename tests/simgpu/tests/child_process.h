@@ -67,7 +67,8 @@ inline ChildResult finish_child(Child child) {
   ChildResult result;
   char buf[4096];
   ssize_t n;
-  while ((n = read(child.stderr_fd, buf, sizeof buf)) > 0) result.stderr_text.append(buf, static_cast<size_t>(n));
+  while ((n = read(child.stderr_fd, buf, sizeof buf)) > 0)
+    result.stderr_text.append(buf, static_cast<size_t>(n));
   close(child.stderr_fd);
   int status = 0;
   waitpid(child.pid, &status, 0);
@@ -83,19 +84,19 @@ inline ChildResult run_child(const Env& env, const std::function<int()>& body) {
 }  // namespace quanta::simgpu::test
 
 // Inside a child: report the failed condition on stderr and exit non-zero.
-#define CHILD_CHECK(cond)                                                              \
-  do {                                                                                 \
-    if (!(cond)) {                                                                     \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond);    \
-      return 1;                                                                        \
-    }                                                                                  \
+#define CHILD_CHECK(cond)                                                           \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      return 1;                                                                     \
+    }                                                                               \
   } while (0)
 
-#define CHILD_CU(call)                                                                      \
-  do {                                                                                      \
-    CUresult child_cu_rc = (call);                                                          \
-    if (child_cu_rc != CUDA_SUCCESS) {                                                      \
+#define CHILD_CU(call)                                                                         \
+  do {                                                                                         \
+    CUresult child_cu_rc = (call);                                                             \
+    if (child_cu_rc != CUDA_SUCCESS) {                                                         \
       std::fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #call, child_cu_rc); \
-      return 1;                                                                             \
-    }                                                                                       \
+      return 1;                                                                                \
+    }                                                                                          \
   } while (0)

@@ -154,7 +154,8 @@ TEST(SimgpuRecovery, ProcessKilledHoldingTheDeviceLockDoesNotWedgeTheDevice) {
     ready.close_read();
     quanta::simgpu::Config cfg;
     std::string error;
-    CHILD_CHECK(quanta::simgpu::parse_config([](const char* n) -> const char* { return getenv(n); }, cfg, error));
+    CHILD_CHECK(quanta::simgpu::parse_config([](const char* n) -> const char* { return getenv(n); },
+                                             cfg, error));
     quanta::simgpu::SharedState* shared = quanta::simgpu::attach_shared_state(cfg, error);
     CHILD_CHECK(shared != nullptr);
     CHILD_CHECK(pthread_mutex_lock(&shared->devices[0].lock) == 0);
@@ -261,7 +262,8 @@ TEST_F(SimgpuTimeSlicing, TwoEqualClosedLoopProcessesGetHalfTheDeviceEach) {
 TEST_F(SimgpuTimeSlicing, ExecutionLogShowsOneContextAtATimeWithSwitchDeadTime) {
   std::vector<Slice> slices = *slices_;
   ASSERT_GT(slices.size(), 100u);
-  std::sort(slices.begin(), slices.end(), [](const Slice& a, const Slice& b) { return a.start < b.start; });
+  std::sort(slices.begin(), slices.end(),
+            [](const Slice& a, const Slice& b) { return a.start < b.start; });
   int switches = 0;
   for (size_t i = 1; i < slices.size(); ++i) {
     EXPECT_EQ(slices[i].device, 0);
@@ -269,7 +271,8 @@ TEST_F(SimgpuTimeSlicing, ExecutionLogShowsOneContextAtATimeWithSwitchDeadTime) 
     EXPECT_LE(slices[i].end - slices[i].start, 1'000'000u) << "slice longer than the time slice";
     if (slices[i].context != slices[i - 1].context) {
       ++switches;
-      EXPECT_GE(slices[i].start - slices[i - 1].end, 50'000u) << "switch without dead time at " << i;
+      EXPECT_GE(slices[i].start - slices[i - 1].end, 50'000u)
+          << "switch without dead time at " << i;
     }
   }
   EXPECT_GT(switches, 100);
@@ -279,7 +282,10 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
   UniqueState state("mig");
   const std::string log = temp_log("mig");
   unlink(log.c_str());
-  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "2Gi"}, {"SIMGPU_MIG", "0:2"}, {"SIMGPU_LOG", log}};
+  const Env env = {{"SIMGPU_STATE", state.name()},
+                   {"SIMGPU_MEMORY", "2Gi"},
+                   {"SIMGPU_MIG", "0:2"},
+                   {"SIMGPU_LOG", log}};
   ChildResult shape = run_child(env, [] {
     CHILD_CU(cuInit(0));
     int count = 0;
@@ -301,7 +307,8 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
   });
   EXPECT_EQ(shape.exit_code, 0) << shape.stderr_text;
 
-  // One 20 ms kernel on each instance at the same time: both finish in ~20 ms.
+  // One 50 ms kernel on each instance, launched together: on independent engines they run
+  // at the same time (their slices overlap), each for its full 50 ms.
   Pipe ready0, ready1, go;
   auto tenant = [&](Pipe& ready, int device) {
     return [&, device] {
@@ -313,12 +320,8 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
       CHILD_CU(load_spin(&spin));
       ready.signal();
       go.wait();
-      const uint64_t t0 = now_ns();
-      CHILD_CU(launch_spin(spin, 20'000'000));
+      CHILD_CU(launch_spin(spin, 50'000'000));
       CHILD_CU(cuCtxSynchronize());
-      const uint64_t took = now_ns() - t0;
-      std::fprintf(stderr, "device %d took %.3f ms\n", device, took / 1e6);
-      CHILD_CHECK(took < 30'000'000);
       return 0;
     };
   };
@@ -334,16 +337,22 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
   ChildResult rb = finish_child(b);
   EXPECT_EQ(ra.exit_code, 0) << ra.stderr_text;
   EXPECT_EQ(rb.exit_code, 0) << rb.stderr_text;
-  std::map<int, uint64_t> busy;
-  for (const Slice& s : read_log(log)) busy[s.device] += s.end - s.start;
-  EXPECT_EQ(busy[0], 20'000'000u);
-  EXPECT_EQ(busy[1], 20'000'000u);
+  std::map<int, uint64_t> busy, first, last;
+  for (const Slice& s : read_log(log)) {
+    busy[s.device] += s.end - s.start;
+    first[s.device] = first.count(s.device) ? std::min(first[s.device], s.start) : s.start;
+    last[s.device] = std::max(last[s.device], s.end);
+  }
+  EXPECT_EQ(busy[0], 50'000'000u);
+  EXPECT_EQ(busy[1], 50'000'000u);
+  EXPECT_LT(std::max(first[0], first[1]), std::min(last[0], last[1])) << "the instances ran one after the other";
   unlink(log.c_str());
 }
 
 TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
   UniqueState state("nvml");
-  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "4Gi"}, {"SIMGPU_DEVICES", "2"}};
+  const Env env = {
+      {"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "4Gi"}, {"SIMGPU_DEVICES", "2"}};
   Pipe ready, done;
   Child user = start_child(env, [&] {
     ready.close_read();
@@ -379,23 +388,29 @@ TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
     CHILD_CU(cuDeviceGetUuid(&raw, 1));
     char expect[64];
     const unsigned char* b = reinterpret_cast<const unsigned char*>(raw.bytes);
-    std::snprintf(expect, sizeof expect, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                  b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    std::snprintf(expect, sizeof expect,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                  b[14], b[15]);
     CHILD_CHECK(std::string(uuid) == expect);
 
     nvmlMemory_t mem;
     CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS);
-    CHILD_CHECK(mem.total == 4ull << 30 && mem.used == 300ull << 20 && mem.free == mem.total - mem.used);
+    CHILD_CHECK(mem.total == 4ull << 30 && mem.used == 300ull << 20 &&
+                mem.free == mem.total - mem.used);
     nvmlMemory_v2_t mem2{};
     mem2.version = nvmlMemory_v2;
     CHILD_CHECK(nvmlDeviceGetMemoryInfo_v2(dev, &mem2) == NVML_SUCCESS && mem2.used == mem.used);
 
     unsigned n = 0;
-    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, nullptr) == NVML_ERROR_INSUFFICIENT_SIZE && n == 1);
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, nullptr) ==
+                    NVML_ERROR_INSUFFICIENT_SIZE &&
+                n == 1);
     nvmlProcessInfo_t infos[4];
     n = 4;
     CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, infos) == NVML_SUCCESS && n == 1);
-    CHILD_CHECK(static_cast<int>(infos[0].pid) == user_pid && infos[0].usedGpuMemory == 300ull << 20);
+    CHILD_CHECK(static_cast<int>(infos[0].pid) == user_pid && infos[0].usedGpuMemory == 300ull
+                                                                                            << 20);
     nvmlProcessInfo_v1_t legacy[4];
     n = 4;
     CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses(dev, &n, legacy) == NVML_SUCCESS && n == 1);
@@ -404,8 +419,9 @@ TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
     nvmlDevice_t other;
     CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &other) == NVML_SUCCESS);
     n = 4;
-    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v2(other, &n, reinterpret_cast<nvmlProcessInfo_v2_t*>(infos)) ==
-                    NVML_SUCCESS && n == 0);
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v2(
+                    other, &n, reinterpret_cast<nvmlProcessInfo_v2_t*>(infos)) == NVML_SUCCESS &&
+                n == 0);
     nvmlUtilization_t util;
     CHILD_CHECK(nvmlDeviceGetUtilizationRates(dev, &util) == NVML_SUCCESS && util.gpu == 0);
     char driver[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE];

@@ -47,7 +47,8 @@ inline std::vector<Slice> read_log(const std::string& path) {
     std::istringstream fields(line);
     std::string tag;
     Slice s;
-    if (fields >> tag >> s.device >> s.context >> s.pid >> s.start >> s.end && tag == "slice") slices.push_back(s);
+    if (fields >> tag >> s.device >> s.context >> s.pid >> s.start >> s.end && tag == "slice")
+      slices.push_back(s);
   }
   return slices;
 }
