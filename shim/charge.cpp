@@ -56,10 +56,9 @@ void refund(const Allocation& allocation) noexcept {
     PodLedger::release(account, allocation.bytes);
 }
 
-void forget_context_allocations(CUcontext context) noexcept {
+void return_context_allocations(CUcontext context) noexcept {
   AllocationTable::instance().remove_context(
       context, [](Resource, uint64_t, const Allocation& allocation) { refund(allocation); });
-  link_forget_context(context);
 }
 
 }  // namespace quanta::shim

@@ -58,8 +58,9 @@ CUresult free_tracked(Resource resource, uint64_t key, ReleaseCall&& release_cal
   return result;
 }
 
-// A context is gone (destroyed, or the primary context's last release): the driver freed
-// everything made in it, so return all of it, and tell the link.
-void forget_context_allocations(CUcontext context) noexcept;
+// A context is gone (destroyed, or the primary context's last release or reset): the
+// driver freed everything made in it, so return all of it. The caller tells the link
+// (link_forget_context) before the driver destroys the context.
+void return_context_allocations(CUcontext context) noexcept;
 
 }  // namespace quanta::shim

@@ -575,11 +575,15 @@ CUresult create_context(CUcontext* pctx, CUdevice device, Call&& call) noexcept 
   return result;
 }
 
+// The link forgets a context before the driver destroys it (it may be draining work on
+// it); the memory made in it is returned once the driver has really freed it.
 template <typename Real>
 CUresult destroy_context(const char* name, Real real, CUcontext context) noexcept {
   if (!real) return driver_entry_missing(name);
+  if (shim_disabled()) return real(context);
+  link_forget_context(context);
   const CUresult result = real(context);
-  if (result == CUDA_SUCCESS && !shim_disabled()) forget_context_allocations(context);
+  if (result == CUDA_SUCCESS) return_context_allocations(context);
   return result;
 }
 
@@ -596,11 +600,14 @@ bool tracked_primary(CUdevice device) {
 template <typename Real>
 CUresult release_primary(const char* name, Real real, CUdevice device) noexcept {
   if (!real) return driver_entry_missing(name);
+  if (shim_disabled() || !tracked_primary(device)) return real(device);
+  const CUcontext context = g_primary_context[device].load(std::memory_order_acquire);
+  if (g_primary_retains[device].load(std::memory_order_acquire) == 1) link_forget_context(context);
   const CUresult result = real(device);
-  if (result != CUDA_SUCCESS || shim_disabled() || !tracked_primary(device)) return result;
+  if (result != CUDA_SUCCESS) return result;
   const int before = g_primary_retains[device].fetch_sub(1, std::memory_order_acq_rel);
   if (before == 1) {
-    forget_context_allocations(g_primary_context[device].load(std::memory_order_acquire));
+    return_context_allocations(context);
   } else if (before <= 0) {
     g_primary_retains[device].fetch_add(
         1, std::memory_order_acq_rel);  // a retain made before the shim saw it
@@ -613,11 +620,12 @@ CUresult release_primary(const char* name, Real real, CUdevice device) noexcept 
 template <typename Real>
 CUresult reset_primary(const char* name, Real real, CUdevice device) noexcept {
   if (!real) return driver_entry_missing(name);
-  const CUresult result = real(device);
-  if (result != CUDA_SUCCESS || shim_disabled() || !tracked_primary(device)) return result;
+  if (shim_disabled() || !tracked_primary(device)) return real(device);
   const CUcontext context = g_primary_context[device].load(std::memory_order_acquire);
-  if (!context) return result;
-  forget_context_allocations(context);
+  if (context) link_forget_context(context);
+  const CUresult result = real(device);
+  if (result != CUDA_SUCCESS || !context) return result;
+  return_context_allocations(context);
   if (g_primary_retains[device].load(std::memory_order_acquire) > 0) {
     Charge charge;
     if (charge.reserve(device, options().context_overhead_bytes))
