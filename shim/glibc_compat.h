@@ -16,6 +16,12 @@
 // dlsym is not pinned: libquanta.so defines it (interpose_lookup.cpp). Shim code reaches
 // glibc's through real_dlsym() (real_driver.h), found with dlvsym.
 
+// Functions with no version old enough to pin, so the shim must not call them:
+// stat/fstat/lstat/fstatat (GLIBC_2.33; use syscall(SYS_fstat, fd, &st) or
+// syscall(SYS_newfstatat, ...)), gettid (2.30; use syscall(SYS_gettid)), memfd_create
+// (2.27), getrandom (2.25), pidfd_open (2.36), and thread_local objects with
+// destructors (__cxa_thread_atexit_impl, 2.18). tests/shim/check_exports.sh catches them.
+
 QUANTA_PIN_GLIBC(dlopen);
 QUANTA_PIN_GLIBC(dlclose);
 QUANTA_PIN_GLIBC(dlvsym);
