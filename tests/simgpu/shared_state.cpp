@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -58,6 +59,19 @@ void reset_state(SharedState* s, const Config& cfg) {
   __atomic_store_n(&s->magic, kStateMagic, __ATOMIC_RELEASE);
 }
 
+bool same_shape(const SharedState* s, const Config& cfg) {
+  if (s->device_count != cfg.devices.size() || s->timeslice_ns != cfg.timeslice_ns ||
+      s->switch_ns != cfg.switch_ns)
+    return false;
+  for (size_t i = 0; i < cfg.devices.size(); ++i) {
+    const DeviceState& d = s->devices[i];
+    const DeviceSpec& spec = cfg.devices[i];
+    if (d.capacity != spec.memory_bytes || spec.name != d.name || spec.uuid_text != d.uuid_text)
+      return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 bool process_alive(int32_t pid) {
@@ -100,7 +114,22 @@ SharedState* attach_shared_state(const Config& cfg, std::string& error) {
         s->attached[i] = 0;
     }
   }
-  if (!anyone_alive) reset_state(s, cfg);
+  if (!anyone_alive) {
+    reset_state(s, cfg);
+  } else {
+    // The device shape belongs to the processes already running; say so when this
+    // process asked for a different one, since it will not get it.
+    if (!same_shape(s, cfg)) {
+      std::fprintf(
+          stderr,
+          "simgpu: shared state %s is in use with another device configuration "
+          "(SIMGPU_DEVICES/MEMORY/NAME/UUIDS/MIG/TIMESLICE_US/SWITCH_US); using it as it is\n",
+          name.c_str());
+    }
+    // An execution log asked for by a later process is still honoured.
+    if (s->log_path[0] == '\0' && !cfg.log_path.empty())
+      copy_text(s->log_path, sizeof s->log_path, cfg.log_path);
+  }
   const int32_t self = getpid();
   bool registered = false;
   for (int i = 0; i < kMaxAttached && !registered; ++i) {

@@ -184,6 +184,47 @@ TEST(SimgpuRecovery, ProcessKilledHoldingTheDeviceLockDoesNotWedgeTheDevice) {
   EXPECT_EQ(stayed.exit_code, 0) << stayed.stderr_text;
 }
 
+TEST(SimgpuSharedState, LaterProcessGetsTheRunningShapeWithAWarningButItsLogIsKept) {
+  UniqueState state("shape");
+  const std::string log = temp_log("shape");
+  unlink(log.c_str());
+  Pipe attached, release;
+  Child first = start_child({{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "1Gi"}}, [&] {
+    attached.close_read();
+    release.close_write();
+    CUcontext ctx;
+    if (init_context(&ctx) != 0) return 1;
+    attached.signal();
+    release.wait();
+    return 0;
+  });
+  attached.close_write();
+  release.close_read();
+  ASSERT_TRUE(attached.wait());
+  ChildResult later = run_child(
+      {{"SIMGPU_STATE", state.name()}, {"SIMGPU_MEMORY", "2Gi"}, {"SIMGPU_LOG", log}}, [] {
+        CUcontext ctx;
+        CUfunction spin;
+        if (init_context(&ctx) != 0) return 1;
+        size_t total = 0;
+        CHILD_CU(cuDeviceTotalMem(&total, 0));
+        CHILD_CHECK(total == 1ull << 30);
+        CHILD_CU(load_spin(&spin));
+        CHILD_CU(launch_spin(spin, 1'000'000));
+        CHILD_CU(cuCtxSynchronize());
+        return 0;
+      });
+  release.signal();
+  finish_child(first);
+  EXPECT_EQ(later.exit_code, 0) << later.stderr_text;
+  EXPECT_NE(later.stderr_text.find("in use with another device configuration"), std::string::npos)
+      << later.stderr_text;
+  const auto slices = read_log(log);
+  ASSERT_EQ(slices.size(), 1u);
+  EXPECT_EQ(slices[0].end - slices[0].start, 1'000'000u);
+  unlink(log.c_str());
+}
+
 // Two equal closed-loop processes (2 ms kernels, synchronised one at a time) share one
 // device for about 1.5 s; the tests below judge the run from its execution log alone.
 class SimgpuTimeSlicing : public ::testing::Test {
@@ -345,7 +386,8 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
   }
   EXPECT_EQ(busy[0], 50'000'000u);
   EXPECT_EQ(busy[1], 50'000'000u);
-  EXPECT_LT(std::max(first[0], first[1]), std::min(last[0], last[1])) << "the instances ran one after the other";
+  EXPECT_LT(std::max(first[0], first[1]), std::min(last[0], last[1]))
+      << "the instances ran one after the other";
   unlink(log.c_str());
 }
 
