@@ -37,15 +37,18 @@ int log_fd(const char* path) {
   return opened;
 }
 
-void sleep_until_ns(uint64_t deadline) {
+// `exact`: the deadline is the predicted completion itself, worth spinning the last stretch
+// for; otherwise it is a lower bound to re-check at, and sleeping is enough.
+void sleep_until_ns(uint64_t deadline, bool exact) {
   thread_local bool slack_set = false;
   if (!slack_set) {
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     slack_set = true;
   }
+  const uint64_t spin = exact ? kSpinNs : 0;
   uint64_t now = monotonic_ns();
-  if (deadline > now + kSpinNs) {
-    const uint64_t wake = deadline - kSpinNs;
+  if (deadline > now + spin) {
+    const uint64_t wake = deadline - spin;
     timespec ts{static_cast<time_t>(wake / 1'000'000'000), static_cast<long>(wake % 1'000'000'000)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
     }
@@ -134,14 +137,15 @@ void DeviceEngine::wait(const Ticket& t) {
   if (t.slot < 0) return;
   while (true) {
     uint64_t deadline = 0;
+    bool exact = false;
     {
       DeviceLock lock(dev_);
       const uint64_t now = monotonic_ns();
       advance(now);
       if (complete_locked(t)) return;
-      deadline = predict_locked(t, now);
+      deadline = predict_locked(t, now, exact);
     }
-    sleep_until_ns(deadline);
+    sleep_until_ns(deadline, exact);
   }
 }
 
@@ -286,21 +290,31 @@ void DeviceEngine::advance(uint64_t now) {
   }
 }
 
-uint64_t DeviceEngine::predict_locked(const Ticket& t, uint64_t now) const {
+uint64_t DeviceEngine::predict_locked(const Ticket& t, uint64_t now, bool& exact) const {
   const Engine& e = dev_.engine;
   const ContextSlot& c = dev_.contexts[t.slot];
+  const uint64_t remaining = t.value - c.executed;
+  const uint64_t slice_end = e.slice_start_ns + state_->timeslice_ns;
   uint64_t predicted = now;
+  exact = false;
   if (e.running == t.slot) {
-    const uint64_t run_from = std::max(e.clock_ns, e.slice_start_ns);
-    predicted = run_from + (t.value - c.executed);
+    predicted = std::max(e.clock_ns, e.slice_start_ns) + remaining;
     bool others_waiting = false;
     for (int i = 0; i < kMaxContexts && !others_waiting; ++i) {
       const ContextSlot& o = dev_.contexts[i];
       others_waiting = i != t.slot && o.live && o.executed < o.submitted;
     }
-    if (others_waiting) predicted = std::min(predicted, e.slice_start_ns + state_->timeslice_ns);
+    exact = !others_waiting || predicted <= slice_end;
+    if (!exact) predicted = slice_end;
   } else if (e.running >= 0) {
-    predicted = e.slice_start_ns + state_->timeslice_ns;
+    // It cannot start before the running slice ends (at its time slice or when its work
+    // runs out) and the switch's dead time passes:
+    // a lower bound, so sleeping to it never oversleeps the completion.
+    const ContextSlot& r = dev_.contexts[e.running];
+    const uint64_t running_done =
+        std::max(e.clock_ns, e.slice_start_ns) + (r.submitted - std::min(r.submitted, r.executed));
+    predicted =
+        std::max(std::min(slice_end, running_done), e.clock_ns) + state_->switch_ns + remaining;
   } else {
     predicted = e.clock_ns + state_->switch_ns;
   }

@@ -53,7 +53,8 @@ class DeviceEngine {
   void end_slice(uint64_t end);
   void log_slice(int slot, uint64_t start, uint64_t end);
   bool complete_locked(const Ticket& t) const;
-  uint64_t predict_locked(const Ticket& t, uint64_t now) const;
+  // Earliest time the ticket can complete; `exact` when that is its completion time.
+  uint64_t predict_locked(const Ticket& t, uint64_t now, bool& exact) const;
 
   SharedState* state_;
   DeviceState& dev_;
