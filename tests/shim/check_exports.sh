@@ -2,9 +2,11 @@
 # Checks that a libquanta.so build loads in any container: it needs only libc (and the
 # libdl/libpthread names older glibc splits out), no glibc symbol version newer than
 # 2.17, no C++ runtime, and exports only the interposed entry points.
-# Usage: check_exports.sh path/to/libquanta.so
+# Usage: check_exports.sh path/to/libquanta.so [path/to/shim/interposed.h]
+# With interposed.h, the exports must be exactly its list plus dlsym.
 set -u
 lib=$1
+table=${2:-}
 status=0
 fail() { echo "check_exports: $lib: $*" >&2; status=1; }
 
@@ -43,5 +45,11 @@ for required in dlsym cuGetProcAddress cuGetProcAddress_v2 cuLaunchKernel cuLaun
   cuMemFree_v2 cuMemGetInfo_v2 nvmlDeviceGetMemoryInfo_v2; do
   echo "$exports" | grep -qx "$required" || fail "does not export $required"
 done
+if [ -n "$table" ]; then
+  listed=$( (sed -n '/clang-format off/,/clang-format on/p' "$table" |
+    grep -oE 'X\((cu|nvml)[A-Za-z0-9_]*\)' | sed 's/^X(\(.*\))$/\1/'; echo dlsym) | sort -u)
+  actual=$(echo "$exports" | sort -u)
+  [ "$listed" = "$actual" ] || fail "exports differ from $table: $(printf '%s\n' "$listed" "$actual" | sort | uniq -u | tr '\n' ' ')"
+fi
 [ $status -eq 0 ] && echo "check_exports: $lib: NEEDED $(echo $needed), $(echo "$exports" | wc -l) exports, glibc <= 2.17"
 exit $status
