@@ -101,7 +101,11 @@ bool shim_disabled() noexcept {
 }
 
 CUresult driver_entry_missing(const char* name) noexcept {
-  QUANTA_LOG_ERROR("the real CUDA driver does not provide %s (is libcuda.so.1 installed?)", name);
+  static std::atomic<bool> reported{false};
+  if (!reported.exchange(true))
+    QUANTA_LOG_ERROR("the real CUDA driver does not provide %s (is libcuda.so.1 installed?)", name);
+  else
+    QUANTA_LOG_DEBUG("the real CUDA driver does not provide %s", name);
   return CUDA_ERROR_NOT_INITIALIZED;
 }
 

@@ -26,6 +26,7 @@ struct RealLibrary {
   const char* probe_symbol;  // an entry every version exports, to find the load base
   std::atomic<void*> handle{nullptr};
   std::atomic<const void*> base{nullptr};
+  std::atomic<bool> load_failure_reported{false};
 };
 RealLibrary g_driver{kDriverName, "cuInit"};
 RealLibrary g_nvml{kNvmlName, "nvmlInit_v2"};
@@ -77,7 +78,8 @@ void* open_handle(RealLibrary& library) {
   void* handle = dlopen(library.soname, RTLD_NOW);
   if (!handle) {
     const char* why = dlerror();
-    QUANTA_LOG_ERROR("cannot load the real %s: %s", library.soname, why ? why : "unknown error");
+    if (!library.load_failure_reported.exchange(true))  // once: callers may retry often
+      QUANTA_LOG_ERROR("cannot load the real %s: %s", library.soname, why ? why : "unknown error");
     return nullptr;
   }
   return adopt(library, handle);
