@@ -131,6 +131,15 @@ std::string load_driver(Lookup lookup, int cuda_version, Driver& driver) {
   return {};
 }
 
+std::string describe_entry(const void* entry) {
+  if (entry == nullptr) return "unresolved";
+  Dl_info info{};
+  if (dladdr(entry, &info) == 0) return "unknown";
+  std::string library = info.dli_fname != nullptr ? info.dli_fname : "?";
+  library = library.substr(library.find_last_of('/') + 1);
+  return std::string(info.dli_sname != nullptr ? info.dli_sname : "?") + "@" + library;
+}
+
 std::string error_name(const Driver& driver, CUresult result) {
   const char* name = nullptr;
   if (driver.GetErrorName != nullptr && driver.GetErrorName(result, &name) == CUDA_SUCCESS && name != nullptr) {

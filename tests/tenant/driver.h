@@ -105,6 +105,10 @@ struct Driver {
 // one-line reason (library or cuGetProcAddress_v2 not found).
 std::string load_driver(Lookup lookup, int cuda_version, Driver& driver);
 
+// "cuLaunchKernel_ptsz@libcuda.so.1": the exported symbol and library a resolved entry
+// lands in (an interposer shows up as its own library), or "unresolved".
+std::string describe_entry(const void* entry);
+
 // "CUDA_ERROR_OUT_OF_MEMORY" or "CUresult 123" when the driver cannot name it.
 std::string error_name(const Driver& driver, CUresult result);
 

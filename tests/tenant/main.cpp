@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
     report["error"] = {{"call", "lookup " + std::string(lookup_name(options.lookup))}, {"name", failure}};
   } else {
     report["missing_entries"] = driver.missing;
+    // Where the lookup path really landed, e.g. the _ptsz variants under getproc-ptds.
+    report["entry_points"] = {{"cuLaunchKernel", describe_entry(reinterpret_cast<const void*>(driver.LaunchKernel))},
+                              {"cuStreamSynchronize", describe_entry(reinterpret_cast<const void*>(driver.StreamSynchronize))},
+                              {"cuMemAlloc", describe_entry(reinterpret_cast<const void*>(driver.MemAlloc))}};
     try {
       if (driver.DriverGetVersion != nullptr) {
         init_driver(driver);

@@ -231,6 +231,11 @@ ParseResult parse_options(int argc, char** argv) {
     result.message = "--race and --free: choose one (--race holds every allocation until the first denial)";
     return result;
   }
+  if (options.race && options.family == AllocFamily::host && !options.count) {
+    result.exit_code = 2;
+    result.message = "--race with --family host needs --count: pinned host memory has no device limit to race to";
+    return result;
+  }
   result.options = options;
   return result;
 }

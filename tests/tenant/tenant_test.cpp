@@ -131,16 +131,18 @@ TEST_F(TenantTest, BatchReportsCompletedKernelsAndUsefulThroughput) {
   EXPECT_EQ(report["mode"], "batch");
   EXPECT_EQ(report["label"], "solo");
   const auto kernels = report["kernels"].get<std::uint64_t>();
-  EXPECT_GE(kernels, 300u);  // 500 fit in a second on an idle device
-  EXPECT_LE(kernels, 520u);
+  // 500 fit in a second, plus the two in flight at the deadline; a loaded test machine
+  // delivers fewer, so the lower bound only rules out a stalled loop.
+  EXPECT_GE(kernels, 150u);
+  EXPECT_LE(kernels, 502u);
   EXPECT_NEAR(report["kernel_seconds"].get<double>(), static_cast<double>(kernels) * 0.002, 1e-9);
   const double useful = report["useful_per_s"].get<double>();
   EXPECT_NEAR(useful, report["kernel_seconds"].get<double>() / report["wall_seconds"].get<double>(), 1e-9);
   EXPECT_GE(report["wall_seconds"].get<double>(), 1.0);
   // Alone on the device with two kernels queued it is busy most of the time; the bound
   // leaves room for a loaded test machine.
-  EXPECT_GT(useful, 0.5);
-  EXPECT_LE(useful, 1.05);
+  EXPECT_GT(useful, 0.3);
+  EXPECT_LE(useful, 1.02);
 }
 
 class TenantLookupTest : public TenantTest, public ::testing::WithParamInterface<std::string> {};
@@ -156,6 +158,12 @@ TEST_P(TenantLookupTest, BatchCompletesKernelsThroughLookupPath) {
   if (GetParam().rfind("getproc", 0) == 0) {
     EXPECT_EQ(report["cuda_version"], 12080);
   }
+  // Each path lands on the variant its real counterpart would call.
+  const bool per_thread = GetParam() == "getproc-ptds";
+  EXPECT_EQ(report["entry_points"]["cuLaunchKernel"], per_thread ? "cuLaunchKernel_ptsz@libcuda.so.1" : "cuLaunchKernel@libcuda.so.1");
+  EXPECT_EQ(report["entry_points"]["cuStreamSynchronize"],
+            per_thread ? "cuStreamSynchronize_ptsz@libcuda.so.1" : "cuStreamSynchronize@libcuda.so.1");
+  EXPECT_EQ(report["entry_points"]["cuMemAlloc"], "cuMemAlloc_v2@libcuda.so.1");
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, TenantLookupTest, ::testing::Values("direct", "dlsym", "getproc", "getproc-ptds"),
@@ -321,6 +329,7 @@ TEST_F(TenantTest, BadOptionsAreRejectedWithOneLineNamingOptionValueAndAllowed) 
       {{"--start-at", "soon", "batch"}, {"--start-at", "'soon'", "nanoseconds"}},
       {{"frobnicate"}, {"'frobnicate'", "batch, requests, alloc or info"}},
       {{"alloc", "--race", "--free"}, {"--race", "--free"}},
+      {{"alloc", "--race", "--family", "host"}, {"--race", "host", "--count"}},
   };
   for (const auto& bad : cases) {
     std::vector<std::string> arguments = bad.arguments;
