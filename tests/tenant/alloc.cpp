@@ -21,7 +21,8 @@ struct Allocation {
   std::uint64_t bytes = 0;  // what the family asked of the driver
 };
 
-// 4-byte elements (four 8-bit channels) laid out within the 2D/3D dimension limits.
+// 4-byte elements (four 8-bit channels) laid out within the 2D/3D dimension limits:
+// 2D rows of 32768 texels (up to 4 GiB in 32768 rows), 3D layers of 1024 x 1024.
 struct Extent {
   std::size_t width = 1, height = 1, depth = 0;
 };
@@ -30,7 +31,7 @@ constexpr std::uint64_t kElementBytes = 4;
 Extent extent_2d(std::uint64_t bytes) {
   const std::uint64_t elements = (bytes + kElementBytes - 1) / kElementBytes;
   Extent extent;
-  extent.width = static_cast<std::size_t>(std::min<std::uint64_t>(elements, 8192));
+  extent.width = static_cast<std::size_t>(std::min<std::uint64_t>(elements, 32768));
   extent.height = static_cast<std::size_t>((elements + extent.width - 1) / extent.width);
   return extent;
 }
