@@ -1,12 +1,12 @@
 // The allocation mode: one family of allocation calls repeated --count times (or until
 // the first denial with --race), held or freed one by one, counting successes,
 // CUDA_ERROR_OUT_OF_MEMORY denials (an expected result) and other errors by name.
-#include "gpu.h"
-#include "modes.h"
-
 #include <algorithm>
 #include <cmath>
 #include <map>
+
+#include "gpu.h"
+#include "modes.h"
 
 namespace quanta::tenant {
 namespace {
@@ -40,7 +40,8 @@ Extent extent_3d(std::uint64_t bytes) {
   const std::uint64_t elements = (bytes + kElementBytes - 1) / kElementBytes;
   Extent extent;
   extent.width = static_cast<std::size_t>(std::min<std::uint64_t>(elements, 1024));
-  extent.height = static_cast<std::size_t>(std::min<std::uint64_t>((elements + extent.width - 1) / extent.width, 1024));
+  extent.height = static_cast<std::size_t>(
+      std::min<std::uint64_t>((elements + extent.width - 1) / extent.width, 1024));
   const std::uint64_t layer = static_cast<std::uint64_t>(extent.width) * extent.height;
   extent.depth = static_cast<std::size_t>((elements + layer - 1) / layer);
   return extent;
@@ -74,10 +75,22 @@ class Allocator {
   // Resolves the family's entries up front so a missing one is one clear error.
   void prepare() {
     switch (family_) {
-      case AllocFamily::alloc: need(driver_, driver_.MemAlloc, "cuMemAlloc"); need(driver_, driver_.MemFree, "cuMemFree"); break;
-      case AllocFamily::pitch: need(driver_, driver_.MemAllocPitch, "cuMemAllocPitch"); need(driver_, driver_.MemFree, "cuMemFree"); break;
-      case AllocFamily::managed: need(driver_, driver_.MemAllocManaged, "cuMemAllocManaged"); need(driver_, driver_.MemFree, "cuMemFree"); break;
-      case AllocFamily::host: need(driver_, driver_.MemAllocHost, "cuMemAllocHost"); need(driver_, driver_.MemFreeHost, "cuMemFreeHost"); break;
+      case AllocFamily::alloc:
+        need(driver_, driver_.MemAlloc, "cuMemAlloc");
+        need(driver_, driver_.MemFree, "cuMemFree");
+        break;
+      case AllocFamily::pitch:
+        need(driver_, driver_.MemAllocPitch, "cuMemAllocPitch");
+        need(driver_, driver_.MemFree, "cuMemFree");
+        break;
+      case AllocFamily::managed:
+        need(driver_, driver_.MemAllocManaged, "cuMemAllocManaged");
+        need(driver_, driver_.MemFree, "cuMemFree");
+        break;
+      case AllocFamily::host:
+        need(driver_, driver_.MemAllocHost, "cuMemAllocHost");
+        need(driver_, driver_.MemFreeHost, "cuMemFreeHost");
+        break;
       case AllocFamily::vmm: {
         need(driver_, driver_.MemGetAllocationGranularity, "cuMemGetAllocationGranularity");
         need(driver_, driver_.MemCreate, "cuMemCreate");
@@ -88,7 +101,9 @@ class Allocator {
         need(driver_, driver_.MemUnmap, "cuMemUnmap");
         need(driver_, driver_.MemSetAccess, "cuMemSetAccess");
         CUmemAllocationProp properties = device_memory(gpu_.device());
-        check(driver_, driver_.MemGetAllocationGranularity(&granularity_, &properties, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+        check(driver_,
+              driver_.MemGetAllocationGranularity(&granularity_, &properties,
+                                                  CU_MEM_ALLOC_GRANULARITY_MINIMUM),
               "cuMemGetAllocationGranularity");
         break;
       }
@@ -105,11 +120,18 @@ class Allocator {
         properties.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
         properties.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         properties.location.id = gpu_.device();
-        check(driver_, need(driver_, driver_.MemPoolCreate, "cuMemPoolCreate")(&pool_, &properties), "cuMemPoolCreate");
+        check(driver_, need(driver_, driver_.MemPoolCreate, "cuMemPoolCreate")(&pool_, &properties),
+              "cuMemPoolCreate");
         break;
       }
-      case AllocFamily::array: need(driver_, driver_.ArrayCreate, "cuArrayCreate"); need(driver_, driver_.ArrayDestroy, "cuArrayDestroy"); break;
-      case AllocFamily::array3d: need(driver_, driver_.Array3DCreate, "cuArray3DCreate"); need(driver_, driver_.ArrayDestroy, "cuArrayDestroy"); break;
+      case AllocFamily::array:
+        need(driver_, driver_.ArrayCreate, "cuArrayCreate");
+        need(driver_, driver_.ArrayDestroy, "cuArrayDestroy");
+        break;
+      case AllocFamily::array3d:
+        need(driver_, driver_.Array3DCreate, "cuArray3DCreate");
+        need(driver_, driver_.ArrayDestroy, "cuArrayDestroy");
+        break;
       case AllocFamily::mipmapped:
         need(driver_, driver_.MipmappedArrayCreate, "cuMipmappedArrayCreate");
         need(driver_, driver_.MipmappedArrayDestroy, "cuMipmappedArrayDestroy");
@@ -134,22 +156,28 @@ class Allocator {
     allocation.bytes = bytes;
     const CUstream stream = gpu_.stream();
     switch (family_) {
-      case AllocFamily::alloc: last_call_ = "cuMemAlloc"; return driver_.MemAlloc(&allocation.pointer, bytes);
+      case AllocFamily::alloc:
+        last_call_ = "cuMemAlloc";
+        return driver_.MemAlloc(&allocation.pointer, bytes);
       case AllocFamily::pitch: {
         // Rows of at most 4 KiB: the driver pads each row to its pitch.
         const std::size_t width = static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 4096));
         const std::size_t height = static_cast<std::size_t>((bytes + width - 1) / width);
         std::size_t pitch = 0;
         last_call_ = "cuMemAllocPitch";
-        const CUresult result = driver_.MemAllocPitch(&allocation.pointer, &pitch, width, height, 4);
+        const CUresult result =
+            driver_.MemAllocPitch(&allocation.pointer, &pitch, width, height, 4);
         if (result == CUDA_SUCCESS) allocation.bytes = static_cast<std::uint64_t>(pitch) * height;
         return result;
       }
       case AllocFamily::managed:
         last_call_ = "cuMemAllocManaged";
         return driver_.MemAllocManaged(&allocation.pointer, bytes, CU_MEM_ATTACH_GLOBAL);
-      case AllocFamily::host: last_call_ = "cuMemAllocHost"; return driver_.MemAllocHost(&allocation.host, bytes);
-      case AllocFamily::vmm: return allocate_vmm(bytes, allocation);
+      case AllocFamily::host:
+        last_call_ = "cuMemAllocHost";
+        return driver_.MemAllocHost(&allocation.host, bytes);
+      case AllocFamily::vmm:
+        return allocate_vmm(bytes, allocation);
       case AllocFamily::async: {
         last_call_ = "cuMemAllocAsync";
         CUresult result = driver_.MemAllocAsync(&allocation.pointer, bytes, stream);
@@ -178,7 +206,8 @@ class Allocator {
       case AllocFamily::array3d: {
         const Extent extent = extent_3d(bytes);
         const CUDA_ARRAY3D_DESCRIPTOR description = descriptor(extent);
-        allocation.bytes = static_cast<std::uint64_t>(extent.width) * extent.height * extent.depth * kElementBytes;
+        allocation.bytes =
+            static_cast<std::uint64_t>(extent.width) * extent.height * extent.depth * kElementBytes;
         last_call_ = "cuArray3DCreate";
         return driver_.Array3DCreate(&allocation.array, &description);
       }
@@ -188,7 +217,8 @@ class Allocator {
         const CUDA_ARRAY3D_DESCRIPTOR description = descriptor(extent);
         unsigned int levels = 0;
         std::uint64_t total = 0;
-        for (std::size_t w = extent.width, h = extent.height;; w = std::max<std::size_t>(w / 2, 1), h = std::max<std::size_t>(h / 2, 1)) {
+        for (std::size_t w = extent.width, h = extent.height;;
+             w = std::max<std::size_t>(w / 2, 1), h = std::max<std::size_t>(h / 2, 1)) {
           total += static_cast<std::uint64_t>(w) * h * kElementBytes;
           ++levels;
           if (w == 1 && h == 1) break;
@@ -197,7 +227,8 @@ class Allocator {
         last_call_ = "cuMipmappedArrayCreate";
         return driver_.MipmappedArrayCreate(&allocation.mipmapped, &description, levels);
       }
-      case AllocFamily::graph_node: return allocate_graph_node(bytes, allocation);
+      case AllocFamily::graph_node:
+        return allocate_graph_node(bytes, allocation);
     }
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -207,8 +238,12 @@ class Allocator {
     switch (family_) {
       case AllocFamily::alloc:
       case AllocFamily::pitch:
-      case AllocFamily::managed: last_call_ = "cuMemFree"; return driver_.MemFree(allocation.pointer);
-      case AllocFamily::host: last_call_ = "cuMemFreeHost"; return driver_.MemFreeHost(allocation.host);
+      case AllocFamily::managed:
+        last_call_ = "cuMemFree";
+        return driver_.MemFree(allocation.pointer);
+      case AllocFamily::host:
+        last_call_ = "cuMemFreeHost";
+        return driver_.MemFreeHost(allocation.host);
       case AllocFamily::vmm: {
         last_call_ = "cuMemUnmap";
         CUresult result = driver_.MemUnmap(allocation.pointer, allocation.bytes);
@@ -228,7 +263,9 @@ class Allocator {
         return driver_.StreamSynchronize(stream);
       }
       case AllocFamily::array:
-      case AllocFamily::array3d: last_call_ = "cuArrayDestroy"; return driver_.ArrayDestroy(allocation.array);
+      case AllocFamily::array3d:
+        last_call_ = "cuArrayDestroy";
+        return driver_.ArrayDestroy(allocation.array);
       case AllocFamily::mipmapped:
         last_call_ = "cuMipmappedArrayDestroy";
         return driver_.MipmappedArrayDestroy(allocation.mipmapped);
@@ -254,7 +291,8 @@ class Allocator {
       return result;
     }
     last_call_ = "cuMemMap";
-    if ((result = driver_.MemMap(allocation.pointer, size, 0, allocation.handle, 0)) != CUDA_SUCCESS) {
+    if ((result = driver_.MemMap(allocation.pointer, size, 0, allocation.handle, 0)) !=
+        CUDA_SUCCESS) {
       driver_.MemAddressFree(allocation.pointer, size);
       driver_.MemRelease(allocation.handle);
       return result;
@@ -319,7 +357,8 @@ double mean(const std::vector<double>& samples) {
 }
 
 double nanoseconds_since(Clock::time_point start) {
-  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+  return static_cast<double>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
 }
 
 }  // namespace
@@ -329,7 +368,8 @@ bool run_alloc(const Driver& driver, const Options& options, nlohmann::json& rep
   Allocator allocator(gpu, options.family);
   allocator.prepare();
   const std::uint64_t count = options.count.value_or(options.race ? UINT64_MAX : 1);
-  const auto hold = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(options.hold_ms));
+  const auto hold = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(options.hold_ms));
 
   std::vector<Allocation> held;
   std::uint64_t successes = 0, denials = 0, held_bytes = 0, peak_bytes = 0;
@@ -338,7 +378,8 @@ bool run_alloc(const Driver& driver, const Options& options, nlohmann::json& rep
   std::vector<double> alloc_ns, free_ns;
   auto count_error = [&](CUresult result, const char* call) {
     const std::string name = error_name(driver, result);
-    if (errors[name]++ == 0 && first_error.is_null()) first_error = {{"call", call}, {"name", name}};
+    if (errors[name]++ == 0 && first_error.is_null())
+      first_error = {{"call", call}, {"name", name}};
   };
   auto release = [&](Allocation& allocation) {
     const auto before = Clock::now();
@@ -380,7 +421,8 @@ bool run_alloc(const Driver& driver, const Options& options, nlohmann::json& rep
       held.push_back(allocation);
     }
   }
-  const double alloc_seconds = std::chrono::duration<double>(Clock::now() - start - holding).count();
+  const double alloc_seconds =
+      std::chrono::duration<double>(Clock::now() - start - holding).count();
   if (!options.free_each && hold.count() > 0) sleep_until(Clock::now() + hold);
   for (auto& allocation : held) release(allocation);
 

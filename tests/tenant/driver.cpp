@@ -19,7 +19,8 @@ QUANTA_TENANT_DRIVER_OPTIONAL_ENTRIES(QUANTA_TENANT_WEAK)
 namespace quanta::tenant {
 namespace {
 
-using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+using GetProcAddressV2 = CUresult (*)(const char*, void**, int, cuuint64_t,
+                                      CUdriverProcAddressQueryResult*);
 
 void load_direct(Driver& driver) {
 #define QUANTA_TENANT_DIRECT(member, symbol, name) driver.member = &symbol;
@@ -83,9 +84,11 @@ std::string load_getproc(Driver& driver, cuuint64_t flags) {
     driver.CtxCreate_v2 = reinterpret_cast<CtxCreateV2>(ctx_create);
   }
   if (driver.Init == nullptr) {
-    return "cuGetProcAddress_v2(\"cuInit\", " + std::to_string(driver.cuda_version) + ", " + std::to_string(flags) +
-           ") gave " + (init_result != CUDA_SUCCESS ? error_name(driver, init_result)
-                                                    : "symbol status " + std::to_string(static_cast<int>(init_status)));
+    return "cuGetProcAddress_v2(\"cuInit\", " + std::to_string(driver.cuda_version) + ", " +
+           std::to_string(flags) + ") gave " +
+           (init_result != CUDA_SUCCESS
+                ? error_name(driver, init_result)
+                : "symbol status " + std::to_string(static_cast<int>(init_status)));
   }
   return {};
 }
@@ -94,10 +97,14 @@ std::string load_getproc(Driver& driver, cuuint64_t flags) {
 
 std::string_view lookup_name(Lookup lookup) {
   switch (lookup) {
-    case Lookup::direct: return "direct";
-    case Lookup::dlsym: return "dlsym";
-    case Lookup::getproc: return "getproc";
-    case Lookup::getproc_ptds: return "getproc-ptds";
+    case Lookup::direct:
+      return "direct";
+    case Lookup::dlsym:
+      return "dlsym";
+    case Lookup::getproc:
+      return "getproc";
+    case Lookup::getproc_ptds:
+      return "getproc-ptds";
   }
   return "unknown";
 }
@@ -108,9 +115,15 @@ std::string load_driver(Lookup lookup, int cuda_version, Driver& driver) {
   driver.cuda_version = cuda_version;
   std::string failure;
   switch (lookup) {
-    case Lookup::direct: load_direct(driver); break;
-    case Lookup::dlsym: failure = load_dlsym(driver); break;
-    case Lookup::getproc: failure = load_getproc(driver, CU_GET_PROC_ADDRESS_DEFAULT); break;
+    case Lookup::direct:
+      load_direct(driver);
+      break;
+    case Lookup::dlsym:
+      failure = load_dlsym(driver);
+      break;
+    case Lookup::getproc:
+      failure = load_getproc(driver, CU_GET_PROC_ADDRESS_DEFAULT);
+      break;
     case Lookup::getproc_ptds:
       failure = load_getproc(driver, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
       break;
@@ -122,7 +135,8 @@ std::string load_driver(Lookup lookup, int cuda_version, Driver& driver) {
   if (driver.member == nullptr) driver.missing.emplace_back(name);
   QUANTA_TENANT_DRIVER_ENTRIES(QUANTA_TENANT_MISSING)
 #undef QUANTA_TENANT_MISSING
-  if (driver.CtxCreate_v4 == nullptr && driver.CtxCreate_v3 == nullptr && driver.CtxCreate_v2 == nullptr) {
+  if (driver.CtxCreate_v4 == nullptr && driver.CtxCreate_v3 == nullptr &&
+      driver.CtxCreate_v2 == nullptr) {
     driver.missing.emplace_back("cuCtxCreate");
   }
   if (driver.Init == nullptr) {
@@ -142,20 +156,30 @@ std::string describe_entry(const void* entry) {
 
 std::string error_name(const Driver& driver, CUresult result) {
   const char* name = nullptr;
-  if (driver.GetErrorName != nullptr && driver.GetErrorName(result, &name) == CUDA_SUCCESS && name != nullptr) {
+  if (driver.GetErrorName != nullptr && driver.GetErrorName(result, &name) == CUDA_SUCCESS &&
+      name != nullptr) {
     return name;
   }
   // The ones a driver that cannot name errors (the toolkit's stub, for one) gives most.
   switch (result) {
-    case CUDA_ERROR_INVALID_VALUE: return "CUDA_ERROR_INVALID_VALUE";
-    case CUDA_ERROR_OUT_OF_MEMORY: return "CUDA_ERROR_OUT_OF_MEMORY";
-    case CUDA_ERROR_NOT_INITIALIZED: return "CUDA_ERROR_NOT_INITIALIZED";
-    case CUDA_ERROR_STUB_LIBRARY: return "CUDA_ERROR_STUB_LIBRARY";
-    case CUDA_ERROR_NO_DEVICE: return "CUDA_ERROR_NO_DEVICE";
-    case CUDA_ERROR_INVALID_DEVICE: return "CUDA_ERROR_INVALID_DEVICE";
-    case CUDA_ERROR_NOT_FOUND: return "CUDA_ERROR_NOT_FOUND";
-    case CUDA_ERROR_NOT_SUPPORTED: return "CUDA_ERROR_NOT_SUPPORTED";
-    default: return "CUresult " + std::to_string(static_cast<int>(result));
+    case CUDA_ERROR_INVALID_VALUE:
+      return "CUDA_ERROR_INVALID_VALUE";
+    case CUDA_ERROR_OUT_OF_MEMORY:
+      return "CUDA_ERROR_OUT_OF_MEMORY";
+    case CUDA_ERROR_NOT_INITIALIZED:
+      return "CUDA_ERROR_NOT_INITIALIZED";
+    case CUDA_ERROR_STUB_LIBRARY:
+      return "CUDA_ERROR_STUB_LIBRARY";
+    case CUDA_ERROR_NO_DEVICE:
+      return "CUDA_ERROR_NO_DEVICE";
+    case CUDA_ERROR_INVALID_DEVICE:
+      return "CUDA_ERROR_INVALID_DEVICE";
+    case CUDA_ERROR_NOT_FOUND:
+      return "CUDA_ERROR_NOT_FOUND";
+    case CUDA_ERROR_NOT_SUPPORTED:
+      return "CUDA_ERROR_NOT_SUPPORTED";
+    default:
+      return "CUresult " + std::to_string(static_cast<int>(result));
   }
 }
 

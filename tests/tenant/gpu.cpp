@@ -9,16 +9,22 @@ void check(const Driver& driver, CUresult result, const char* call) {
   }
 }
 
-void init_driver(const Driver& driver) { check(driver, need(driver, driver.Init, "cuInit")(0), "cuInit"); }
+void init_driver(const Driver& driver) {
+  check(driver, need(driver, driver.Init, "cuInit")(0), "cuInit");
+}
 
 namespace {
 
 unsigned int sched_flags(SchedKind sched) {
   switch (sched) {
-    case SchedKind::automatic: return CU_CTX_SCHED_AUTO;
-    case SchedKind::spin: return CU_CTX_SCHED_SPIN;
-    case SchedKind::yield: return CU_CTX_SCHED_YIELD;
-    case SchedKind::blocking: return CU_CTX_SCHED_BLOCKING_SYNC;
+    case SchedKind::automatic:
+      return CU_CTX_SCHED_AUTO;
+    case SchedKind::spin:
+      return CU_CTX_SCHED_SPIN;
+    case SchedKind::yield:
+      return CU_CTX_SCHED_YIELD;
+    case SchedKind::blocking:
+      return CU_CTX_SCHED_BLOCKING_SYNC;
   }
   return CU_CTX_SCHED_AUTO;
 }
@@ -31,18 +37,23 @@ CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device, 
   if (kind == ContextKind::primary) {
     // Like cudaSetDeviceFlags: only meaningful before the primary context is active.
     if (sched != SchedKind::automatic) {
-      check(driver, need(driver, driver.DevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags")(device, flags),
+      check(driver,
+            need(driver, driver.DevicePrimaryCtxSetFlags, "cuDevicePrimaryCtxSetFlags")(device,
+                                                                                        flags),
             "cuDevicePrimaryCtxSetFlags");
     }
-    check(driver, need(driver, driver.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")(&context, device),
+    check(driver,
+          need(driver, driver.DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain")(&context, device),
           "cuDevicePrimaryCtxRetain");
-    check(driver, need(driver, driver.CtxSetCurrent, "cuCtxSetCurrent")(context), "cuCtxSetCurrent");
+    check(driver, need(driver, driver.CtxSetCurrent, "cuCtxSetCurrent")(context),
+          "cuCtxSetCurrent");
   } else if (driver.CtxCreate_v4 != nullptr) {
     check(driver, driver.CtxCreate_v4(&context, nullptr, flags, device), "cuCtxCreate_v4");
   } else if (driver.CtxCreate_v3 != nullptr) {
     check(driver, driver.CtxCreate_v3(&context, nullptr, 0, flags, device), "cuCtxCreate_v3");
   } else {
-    check(driver, need(driver, driver.CtxCreate_v2, "cuCtxCreate")(&context, flags, device), "cuCtxCreate_v2");
+    check(driver, need(driver, driver.CtxCreate_v2, "cuCtxCreate")(&context, flags, device),
+          "cuCtxCreate_v2");
   }
   return context;
 }
@@ -56,12 +67,15 @@ void close_context(const Driver& driver, ContextKind kind, CUdevice device, CUco
   }
 }
 
-Gpu::Gpu(const Driver& driver, const Options& options) : driver_(driver), context_kind_(options.context) {
+Gpu::Gpu(const Driver& driver, const Options& options)
+    : driver_(driver), context_kind_(options.context) {
   init_driver(driver_);
-  check(driver_, need(driver_, driver_.DeviceGet, "cuDeviceGet")(&device_, options.device), "cuDeviceGet");
+  check(driver_, need(driver_, driver_.DeviceGet, "cuDeviceGet")(&device_, options.device),
+        "cuDeviceGet");
   context_ = open_context(driver_, context_kind_, device_, options.sched);
   if (options.stream == StreamKind::created) {
-    check(driver_, need(driver_, driver_.StreamCreate, "cuStreamCreate")(&stream_, CU_STREAM_NON_BLOCKING),
+    check(driver_,
+          need(driver_, driver_.StreamCreate, "cuStreamCreate")(&stream_, CU_STREAM_NON_BLOCKING),
           "cuStreamCreate");
     own_stream_ = true;
   }
@@ -75,8 +89,11 @@ Gpu::~Gpu() {
 }
 
 void Gpu::load_spin() {
-  check(driver_, need(driver_, driver_.ModuleLoadData, "cuModuleLoadData")(&module_, kSpinPtx), "cuModuleLoadData");
-  check(driver_, need(driver_, driver_.ModuleGetFunction, "cuModuleGetFunction")(&spin_, module_, "quanta_spin"),
+  check(driver_, need(driver_, driver_.ModuleLoadData, "cuModuleLoadData")(&module_, kSpinPtx),
+        "cuModuleLoadData");
+  check(driver_,
+        need(driver_, driver_.ModuleGetFunction, "cuModuleGetFunction")(&spin_, module_,
+                                                                        "quanta_spin"),
         "cuModuleGetFunction(quanta_spin)");
   need(driver_, driver_.LaunchKernel, "cuLaunchKernel");
 }
@@ -85,7 +102,8 @@ void Gpu::launch_spin(std::uint64_t duration_ns) {
   unsigned long long parameter = duration_ns;
   void* parameters[] = {&parameter};
   // One block of one thread: the kernel only watches the clock.
-  check(driver_, driver_.LaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, stream_, parameters, nullptr), "cuLaunchKernel");
+  check(driver_, driver_.LaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, stream_, parameters, nullptr),
+        "cuLaunchKernel");
 }
 
 }  // namespace quanta::tenant

@@ -3,15 +3,15 @@
 // naming the call and the driver's error name.
 #pragma once
 
-#include "driver.h"
-#include "options.h"
-
 #include <cuda.h>
 
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "driver.h"
+#include "options.h"
 
 namespace quanta::tenant {
 
@@ -20,7 +20,10 @@ extern const char kSpinPtx[];  // spin.ptx, embedded at build time
 class CudaError : public std::runtime_error {
  public:
   CudaError(std::string call, std::string name, CUresult result)
-      : std::runtime_error(call + " failed: " + name), call_(std::move(call)), name_(std::move(name)), result_(result) {}
+      : std::runtime_error(call + " failed: " + name),
+        call_(std::move(call)),
+        name_(std::move(name)),
+        result_(result) {}
   const std::string& call() const { return call_; }
   const std::string& name() const { return name_; }
   CUresult result() const { return result_; }
@@ -38,7 +41,8 @@ void check(const Driver& driver, CUresult result, const char* call);
 template <typename Function>
 Function need(const Driver& driver, Function function, const char* name) {
   if (function == nullptr) {
-    throw CudaError(name, "not resolved through lookup " + std::string(lookup_name(driver.lookup)), CUDA_ERROR_NOT_FOUND);
+    throw CudaError(name, "not resolved through lookup " + std::string(lookup_name(driver.lookup)),
+                    CUDA_ERROR_NOT_FOUND);
   }
   return function;
 }
@@ -48,7 +52,8 @@ void init_driver(const Driver& driver);
 
 class Gpu {
  public:
-  Gpu(const Driver& driver, const Options& options);  // init, device, context (made current), stream
+  Gpu(const Driver& driver,
+      const Options& options);  // init, device, context (made current), stream
   ~Gpu();
   Gpu(const Gpu&) = delete;
   Gpu& operator=(const Gpu&) = delete;
@@ -71,7 +76,8 @@ class Gpu {
 };
 
 // Creates a context of the given kind on device and makes it current.
-CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device, SchedKind sched = SchedKind::automatic);
+CUcontext open_context(const Driver& driver, ContextKind kind, CUdevice device,
+                       SchedKind sched = SchedKind::automatic);
 void close_context(const Driver& driver, ContextKind kind, CUdevice device, CUcontext context);
 
 }  // namespace quanta::tenant

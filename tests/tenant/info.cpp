@@ -1,13 +1,13 @@
 // The info mode: what the tenant can see of its devices through CUDA (name, UUID, total
 // memory, free/total after creating a context) and through NVML, loaded with dlopen so a
 // machine without libnvidia-ml.so.1 still gets the CUDA half.
-#include "common/nvml_api.h"
-#include "gpu.h"
-#include "modes.h"
-
 #include <dlfcn.h>
 
 #include <cstdio>
+
+#include "common/nvml_api.h"
+#include "gpu.h"
+#include "modes.h"
 
 namespace quanta::tenant {
 namespace {
@@ -50,15 +50,18 @@ nlohmann::json nvml_view() {
   if (!load(nvml.Init, "nvmlInit_v2") || !load(nvml.Shutdown, "nvmlShutdown") ||
       !load(nvml.DeviceGetCount, "nvmlDeviceGetCount_v2") ||
       !load(nvml.DeviceGetHandleByIndex, "nvmlDeviceGetHandleByIndex_v2") ||
-      !load(nvml.DeviceGetName, "nvmlDeviceGetName") || !load(nvml.DeviceGetUUID, "nvmlDeviceGetUUID") ||
+      !load(nvml.DeviceGetName, "nvmlDeviceGetName") ||
+      !load(nvml.DeviceGetUUID, "nvmlDeviceGetUUID") ||
       !load(nvml.DeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo")) {
     view["note"] = std::string("libnvidia-ml.so.1 lacks ") + dlerror();
     return view;
   }
   load(nvml.ErrorString, "nvmlErrorString");
   auto fail = [&](const char* call, nvmlReturn_t result) {
-    view["error"] = {{"call", call},
-                     {"name", nvml.ErrorString != nullptr ? nvml.ErrorString(result) : std::to_string(static_cast<int>(result))}};
+    view["error"] = {
+        {"call", call},
+        {"name", nvml.ErrorString != nullptr ? nvml.ErrorString(result)
+                                             : std::to_string(static_cast<int>(result))}};
   };
   if (nvmlReturn_t result = nvml.Init(); result != NVML_SUCCESS) {
     fail("nvmlInit_v2", result);
@@ -102,21 +105,26 @@ nlohmann::json nvml_view() {
 bool run_info(const Driver& driver, const Options& options, nlohmann::json& report) {
   init_driver(driver);
   int count = 0;
-  check(driver, need(driver, driver.DeviceGetCount, "cuDeviceGetCount")(&count), "cuDeviceGetCount");
+  check(driver, need(driver, driver.DeviceGetCount, "cuDeviceGetCount")(&count),
+        "cuDeviceGetCount");
   report["device_count"] = count;
   report["devices"] = nlohmann::json::array();
   for (int index = 0; index < count; ++index) {
     CUdevice device = 0;
     check(driver, need(driver, driver.DeviceGet, "cuDeviceGet")(&device, index), "cuDeviceGet");
     char name[256] = {};
-    check(driver, need(driver, driver.DeviceGetName, "cuDeviceGetName")(name, sizeof name, device), "cuDeviceGetName");
+    check(driver, need(driver, driver.DeviceGetName, "cuDeviceGetName")(name, sizeof name, device),
+          "cuDeviceGetName");
     CUuuid uuid{};
-    check(driver, need(driver, driver.DeviceGetUuid, "cuDeviceGetUuid")(&uuid, device), "cuDeviceGetUuid");
+    check(driver, need(driver, driver.DeviceGetUuid, "cuDeviceGetUuid")(&uuid, device),
+          "cuDeviceGetUuid");
     size_t total_mem = 0;
-    check(driver, need(driver, driver.DeviceTotalMem, "cuDeviceTotalMem")(&total_mem, device), "cuDeviceTotalMem");
+    check(driver, need(driver, driver.DeviceTotalMem, "cuDeviceTotalMem")(&total_mem, device),
+          "cuDeviceTotalMem");
     CUcontext context = open_context(driver, options.context, device);
     size_t free_bytes = 0, total_bytes = 0;
-    const CUresult result = need(driver, driver.MemGetInfo, "cuMemGetInfo")(&free_bytes, &total_bytes);
+    const CUresult result =
+        need(driver, driver.MemGetInfo, "cuMemGetInfo")(&free_bytes, &total_bytes);
     close_context(driver, options.context, device, context);
     check(driver, result, "cuMemGetInfo");
     report["devices"].push_back({{"index", index},

@@ -1,10 +1,5 @@
 // quanta-tenant: parses the command line, reaches the driver by the chosen lookup path,
 // runs one workload mode and prints its summary (one JSON object with --json).
-#include "driver.h"
-#include "gpu.h"
-#include "modes.h"
-#include "options.h"
-
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
@@ -13,6 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+
+#include "driver.h"
+#include "gpu.h"
+#include "modes.h"
+#include "options.h"
 
 namespace {
 
@@ -26,12 +26,14 @@ void export_pod(const Options& options, char** argv) {
   if (current != nullptr && options.pod == current) return;
   setenv("QUANTA_POD", options.pod.c_str(), 1);
   execv("/proc/self/exe", argv);
-  spdlog::warn("re-exec with QUANTA_POD={} failed; continuing with it set only after start", options.pod);
+  spdlog::warn("re-exec with QUANTA_POD={} failed; continuing with it set only after start",
+               options.pod);
 }
 
 void print_text(const nlohmann::json& report) {
   for (const auto& [key, value] : report.items()) {
-    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump()) << '\n';
+    std::cout << key << ": " << (value.is_string() ? value.get<std::string>() : value.dump())
+              << '\n';
   }
 }
 
@@ -57,31 +59,36 @@ int main(int argc, char** argv) {
   // Sleeps (request arrivals, --start-at) end within microseconds, not the 50 us default.
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 
-  nlohmann::json report = {{"mode", mode_name(options.mode)},
-                           {"ok", false},
-                           {"lookup", lookup_name(options.lookup)},
-                           {"device", options.device},
-                           {"context", context_name(options.context)},
-                           {"stream", stream_name(options.stream)},
-                           {"sched", sched_name(options.sched)},
-                           {"pid", getpid()},
-                           {"pod", std::getenv("QUANTA_POD") != nullptr ? std::getenv("QUANTA_POD") : ""},
-                           {"label", options.label}};
+  nlohmann::json report = {
+      {"mode", mode_name(options.mode)},
+      {"ok", false},
+      {"lookup", lookup_name(options.lookup)},
+      {"device", options.device},
+      {"context", context_name(options.context)},
+      {"stream", stream_name(options.stream)},
+      {"sched", sched_name(options.sched)},
+      {"pid", getpid()},
+      {"pod", std::getenv("QUANTA_POD") != nullptr ? std::getenv("QUANTA_POD") : ""},
+      {"label", options.label}};
   if (options.lookup == Lookup::getproc || options.lookup == Lookup::getproc_ptds) {
     report["cuda_version"] = options.cuda_version;
   }
 
   bool ok = false;
   Driver driver;
-  if (std::string failure = load_driver(options.lookup, options.cuda_version, driver); !failure.empty()) {
+  if (std::string failure = load_driver(options.lookup, options.cuda_version, driver);
+      !failure.empty()) {
     spdlog::error("{}", failure);
-    report["error"] = {{"call", "lookup " + std::string(lookup_name(options.lookup))}, {"name", failure}};
+    report["error"] = {{"call", "lookup " + std::string(lookup_name(options.lookup))},
+                       {"name", failure}};
   } else {
     report["missing_entries"] = driver.missing;
     // Where the lookup path really landed, e.g. the _ptsz variants under getproc-ptds.
-    report["entry_points"] = {{"cuLaunchKernel", describe_entry(reinterpret_cast<const void*>(driver.LaunchKernel))},
-                              {"cuStreamSynchronize", describe_entry(reinterpret_cast<const void*>(driver.StreamSynchronize))},
-                              {"cuMemAlloc", describe_entry(reinterpret_cast<const void*>(driver.MemAlloc))}};
+    report["entry_points"] = {
+        {"cuLaunchKernel", describe_entry(reinterpret_cast<const void*>(driver.LaunchKernel))},
+        {"cuStreamSynchronize",
+         describe_entry(reinterpret_cast<const void*>(driver.StreamSynchronize))},
+        {"cuMemAlloc", describe_entry(reinterpret_cast<const void*>(driver.MemAlloc))}};
     try {
       if (driver.DriverGetVersion != nullptr) {
         init_driver(driver);
@@ -90,10 +97,18 @@ int main(int argc, char** argv) {
         report["driver_version"] = version;
       }
       switch (options.mode) {
-        case Mode::batch: ok = run_batch(driver, options, report); break;
-        case Mode::requests: ok = run_requests(driver, options, report); break;
-        case Mode::alloc: ok = run_alloc(driver, options, report); break;
-        case Mode::info: ok = run_info(driver, options, report); break;
+        case Mode::batch:
+          ok = run_batch(driver, options, report);
+          break;
+        case Mode::requests:
+          ok = run_requests(driver, options, report);
+          break;
+        case Mode::alloc:
+          ok = run_alloc(driver, options, report);
+          break;
+        case Mode::info:
+          ok = run_info(driver, options, report);
+          break;
       }
       if (!ok && report.contains("first_error")) {
         spdlog::error("{} failed: {}", report["first_error"]["call"].get<std::string>(),

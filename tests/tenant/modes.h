@@ -2,14 +2,13 @@
 // succeeded; a CUDA failure outside what the mode counts is thrown as CudaError.
 #pragma once
 
-#include "driver.h"
-#include "options.h"
-
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <vector>
+
+#include "driver.h"
+#include "options.h"
 
 namespace quanta::tenant {
 

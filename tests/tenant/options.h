@@ -2,12 +2,12 @@
 // may come before or after it, and the one-line errors for values out of range.
 #pragma once
 
-#include "driver.h"
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "driver.h"
 
 namespace quanta::tenant {
 
@@ -16,7 +16,19 @@ enum class ContextKind { primary, own };
 enum class StreamKind { created, null };
 // How the host thread waits in synchronize calls (the context's CU_CTX_SCHED_* flag).
 enum class SchedKind { automatic, spin, yield, blocking };
-enum class AllocFamily { alloc, pitch, managed, host, vmm, async, pool, array, array3d, mipmapped, graph_node };
+enum class AllocFamily {
+  alloc,
+  pitch,
+  managed,
+  host,
+  vmm,
+  async,
+  pool,
+  array,
+  array3d,
+  mipmapped,
+  graph_node
+};
 
 struct Options {
   Mode mode = Mode::batch;
@@ -35,7 +47,8 @@ struct Options {
   double seconds = 5.0;
   double kernel_ms = 2.0;
   int depth = 2;
-  int warmup = 1;  // untimed kernels (1 us each) before the start, so lazy module loading is not measured
+  int warmup =
+      1;  // untimed kernels (1 us each) before the start, so lazy module loading is not measured
   double rate = 50.0;
   // alloc
   AllocFamily family = AllocFamily::alloc;

@@ -2,7 +2,6 @@
 // JSON summary, every driver lookup path, request latency on an idle device, memory
 // denials at the device's capacity, CUDA errors by name, and bad options rejected.
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <poll.h>
 #include <spawn.h>
 #include <sys/mman.h>
@@ -13,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -39,7 +39,8 @@ class TenantTest : public ::testing::Test {
   }
   void TearDown() override { shm_unlink(("/" + state_).c_str()); }
 
-  Result run(const std::vector<std::string>& arguments, const std::map<std::string, std::string>& env = {}) {
+  Result run(const std::vector<std::string>& arguments,
+             const std::map<std::string, std::string>& env = {}) {
     std::map<std::string, std::string> variables;
     for (char** entry = environ; *entry != nullptr; ++entry) {
       std::string text = *entry;
@@ -68,7 +69,8 @@ class TenantTest : public ::testing::Test {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1);
     posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2);
-    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) posix_spawn_file_actions_addclose(&actions, fd);
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]})
+      posix_spawn_file_actions_addclose(&actions, fd);
     pid_t pid = -1;
     const int spawned = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());
     posix_spawn_file_actions_destroy(&actions);
@@ -107,7 +109,8 @@ class TenantTest : public ::testing::Test {
   }
 
   // Runs with --json and expects success and one JSON object on stdout.
-  nlohmann::json run_json(std::vector<std::string> arguments, const std::map<std::string, std::string>& env = {}) {
+  nlohmann::json run_json(std::vector<std::string> arguments,
+                          const std::map<std::string, std::string>& env = {}) {
     arguments.insert(arguments.begin(), "--json");
     Result result = run(arguments, env);
     EXPECT_EQ(result.exit_code, 0) << "stderr: " << result.err << "\nstdout: " << result.out;
@@ -118,16 +121,18 @@ class TenantTest : public ::testing::Test {
   }
 
   static void expect_fields(const nlohmann::json& report, const std::vector<std::string>& fields) {
-    for (const auto& field : fields) EXPECT_TRUE(report.contains(field)) << "missing field " << field << " in " << report.dump();
+    for (const auto& field : fields)
+      EXPECT_TRUE(report.contains(field)) << "missing field " << field << " in " << report.dump();
   }
 
   std::string state_;
 };
 
 TEST_F(TenantTest, BatchReportsCompletedKernelsAndUsefulThroughput) {
-  auto report = run_json({"batch", "--seconds", "1", "--kernel-ms", "2", "--depth", "2", "--label", "solo"});
-  expect_fields(report, {"mode", "lookup", "pid", "pod", "label", "kernels", "kernel_seconds", "wall_seconds",
-                         "useful_per_s", "launch_ns_p50", "driver_version"});
+  auto report =
+      run_json({"batch", "--seconds", "1", "--kernel-ms", "2", "--depth", "2", "--label", "solo"});
+  expect_fields(report, {"mode", "lookup", "pid", "pod", "label", "kernels", "kernel_seconds",
+                         "wall_seconds", "useful_per_s", "launch_ns_p50", "driver_version"});
   EXPECT_EQ(report["mode"], "batch");
   EXPECT_EQ(report["label"], "solo");
   const auto kernels = report["kernels"].get<std::uint64_t>();
@@ -137,7 +142,8 @@ TEST_F(TenantTest, BatchReportsCompletedKernelsAndUsefulThroughput) {
   EXPECT_LE(kernels, 502u);
   EXPECT_NEAR(report["kernel_seconds"].get<double>(), static_cast<double>(kernels) * 0.002, 1e-9);
   const double useful = report["useful_per_s"].get<double>();
-  EXPECT_NEAR(useful, report["kernel_seconds"].get<double>() / report["wall_seconds"].get<double>(), 1e-9);
+  EXPECT_NEAR(useful, report["kernel_seconds"].get<double>() / report["wall_seconds"].get<double>(),
+              1e-9);
   EXPECT_GE(report["wall_seconds"].get<double>(), 1.0);
   // Alone on the device with two kernels queued it is busy most of the time; the bound
   // leaves room for a loaded test machine.
@@ -160,13 +166,16 @@ TEST_P(TenantLookupTest, BatchCompletesKernelsThroughLookupPath) {
   }
   // Each path lands on the variant its real counterpart would call.
   const bool per_thread = GetParam() == "getproc-ptds";
-  EXPECT_EQ(report["entry_points"]["cuLaunchKernel"], per_thread ? "cuLaunchKernel_ptsz@libcuda.so.1" : "cuLaunchKernel@libcuda.so.1");
-  EXPECT_EQ(report["entry_points"]["cuStreamSynchronize"],
-            per_thread ? "cuStreamSynchronize_ptsz@libcuda.so.1" : "cuStreamSynchronize@libcuda.so.1");
+  EXPECT_EQ(report["entry_points"]["cuLaunchKernel"],
+            per_thread ? "cuLaunchKernel_ptsz@libcuda.so.1" : "cuLaunchKernel@libcuda.so.1");
+  EXPECT_EQ(
+      report["entry_points"]["cuStreamSynchronize"],
+      per_thread ? "cuStreamSynchronize_ptsz@libcuda.so.1" : "cuStreamSynchronize@libcuda.so.1");
   EXPECT_EQ(report["entry_points"]["cuMemAlloc"], "cuMemAlloc_v2@libcuda.so.1");
 }
 
-INSTANTIATE_TEST_SUITE_P(AllPaths, TenantLookupTest, ::testing::Values("direct", "dlsym", "getproc", "getproc-ptds"),
+INSTANTIATE_TEST_SUITE_P(AllPaths, TenantLookupTest,
+                         ::testing::Values("direct", "dlsym", "getproc", "getproc-ptds"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -179,12 +188,12 @@ TEST_F(TenantTest, RequestsOnIdleDeviceHaveMedianLatencyNearKernelLength) {
   // 20 ms kernels at 25/s keep the device half idle; 20% of the kernel is 4 ms, more than
   // the wake-up delays of a busy test machine.
   auto report = run_json({"requests", "--seconds", "1", "--rate", "25", "--kernel-ms", "20"});
-  expect_fields(report, {"p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "count", "missed", "late",
-                         "service_p50_ms", "service_p99_ms"});
+  expect_fields(report, {"p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms", "count", "missed",
+                         "late", "service_p50_ms", "service_p99_ms"});
   EXPECT_EQ(report["count"], 25);
   EXPECT_EQ(report["missed"], 0);
   EXPECT_NEAR(report["p50_ms"].get<double>(), 20.0, 4.0);  // within 20%
-  EXPECT_GE(report["p50_ms"].get<double>(), 20.0 * 0.98);   // never shorter than the kernel
+  EXPECT_GE(report["p50_ms"].get<double>(), 20.0 * 0.98);  // never shorter than the kernel
   EXPECT_LE(report["p50_ms"].get<double>(), report["p90_ms"].get<double>());
   EXPECT_LE(report["p99_ms"].get<double>(), report["max_ms"].get<double>());
 }
@@ -199,7 +208,8 @@ TEST_F(TenantTest, RequestsQueueBehindEachOtherWhenRateExceedsCapacity) {
 
 TEST_F(TenantTest, AllocRaceStopsAtFirstDenialAtDeviceCapacity) {
   auto report = run_json({"alloc", "--race", "--bytes", "64Mi"}, {{"SIMGPU_MEMORY", "256Mi"}});
-  expect_fields(report, {"family", "successes", "oom", "errors", "peak_bytes_held", "allocs_per_s", "alloc_free_ns"});
+  expect_fields(report, {"family", "successes", "oom", "errors", "peak_bytes_held", "allocs_per_s",
+                         "alloc_free_ns"});
   EXPECT_EQ(report["oom"], 1);
   EXPECT_EQ(report["error_count"], 0);
   const auto successes = report["successes"].get<std::uint64_t>();
@@ -209,14 +219,16 @@ TEST_F(TenantTest, AllocRaceStopsAtFirstDenialAtDeviceCapacity) {
 }
 
 TEST_F(TenantTest, AllocHoldingPastCapacityCountsEachDenialAndSucceeds) {
-  auto report = run_json({"alloc", "--count", "6", "--bytes", "64Mi"}, {{"SIMGPU_MEMORY", "256Mi"}});
+  auto report =
+      run_json({"alloc", "--count", "6", "--bytes", "64Mi"}, {{"SIMGPU_MEMORY", "256Mi"}});
   EXPECT_EQ(report["attempts"], 6);
   EXPECT_GE(report["oom"].get<std::uint64_t>(), 2u);
   EXPECT_EQ(report["successes"].get<std::uint64_t>() + report["oom"].get<std::uint64_t>(), 6u);
 }
 
 TEST_F(TenantTest, AllocFreeingEachNeverRunsOutOfMemory) {
-  auto report = run_json({"alloc", "--count", "20", "--bytes", "200Mi", "--free"}, {{"SIMGPU_MEMORY", "256Mi"}});
+  auto report = run_json({"alloc", "--count", "20", "--bytes", "200Mi", "--free"},
+                         {{"SIMGPU_MEMORY", "256Mi"}});
   EXPECT_EQ(report["successes"], 20);
   EXPECT_EQ(report["oom"], 0);
   EXPECT_EQ(report["peak_bytes_held"], 200ull << 20);
@@ -225,15 +237,16 @@ TEST_F(TenantTest, AllocFreeingEachNeverRunsOutOfMemory) {
 class TenantFamilyTest : public TenantTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(TenantFamilyTest, FamilyAllocatesAndFrees) {
-  auto report = run_json({"alloc", "--family", GetParam(), "--count", "2", "--bytes", "1Mi", "--free"});
+  auto report =
+      run_json({"alloc", "--family", GetParam(), "--count", "2", "--bytes", "1Mi", "--free"});
   EXPECT_EQ(report["family"], GetParam());
   EXPECT_EQ(report["successes"], 2) << report.dump();
   EXPECT_EQ(report["error_count"], 0) << report.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(AllFamilies, TenantFamilyTest,
-                         ::testing::Values("alloc", "pitch", "managed", "host", "vmm", "async", "pool", "array",
-                                           "array3d", "mipmapped", "graph-node"),
+                         ::testing::Values("alloc", "pitch", "managed", "host", "vmm", "async",
+                                           "pool", "array", "array3d", "mipmapped", "graph-node"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name) {
@@ -271,7 +284,8 @@ TEST_F(TenantTest, OwnContextRunsABatch) {
 }
 
 TEST_F(TenantTest, NullStreamRunsRequests) {
-  auto report = run_json({"--stream", "null", "--lookup", "getproc-ptds", "requests", "--seconds", "0.3", "--kernel-ms", "1"});
+  auto report = run_json({"--stream", "null", "--lookup", "getproc-ptds", "requests", "--seconds",
+                          "0.3", "--kernel-ms", "1"});
   EXPECT_EQ(report["stream"], "null");
   EXPECT_EQ(report["count"], 15);
 }
@@ -279,10 +293,13 @@ TEST_F(TenantTest, NullStreamRunsRequests) {
 TEST_F(TenantTest, StartAtHoldsTheWorkloadUntilThatTime) {
   timespec now{};
   clock_gettime(CLOCK_REALTIME, &now);
-  const std::int64_t start_at = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec + 400'000'000;
+  const std::int64_t start_at =
+      static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec + 400'000'000;
   const auto before = std::chrono::steady_clock::now();
-  auto report = run_json({"--start-at", std::to_string(start_at), "batch", "--seconds", "0.1", "--kernel-ms", "1"});
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+  auto report = run_json(
+      {"--start-at", std::to_string(start_at), "batch", "--seconds", "0.1", "--kernel-ms", "1"});
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
   EXPECT_GE(elapsed, 0.4 + 0.1);
   ASSERT_TRUE(report.contains("start_late_ms"));
   EXPECT_GE(report["start_late_ms"].get<double>(), 0.0);
@@ -301,7 +318,8 @@ TEST_F(TenantTest, CudaErrorIsReportedWithCallAndNameAndFails) {
   EXPECT_EQ(result.json["ok"], false);
   EXPECT_EQ(result.json["error"]["call"], "cuDeviceGet");
   EXPECT_EQ(result.json["error"]["name"], "CUDA_ERROR_INVALID_DEVICE");
-  EXPECT_NE(result.err.find("cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("cuDeviceGet failed: CUDA_ERROR_INVALID_DEVICE"), std::string::npos)
+      << result.err;
 }
 
 TEST_F(TenantTest, TextOutputWithoutJsonNamesEachFigure) {
@@ -320,7 +338,8 @@ TEST_F(TenantTest, BadOptionsAreRejectedWithOneLineNamingOptionValueAndAllowed) 
       {{"batch", "--depth", "0"}, {"--depth", "'0'", "1 to 1024"}},
       {{"batch", "--seconds", "abc"}, {"--seconds", "'abc'", "0.001 to 86400"}},
       {{"requests", "--rate", "-5"}, {"--rate", "'-5'", "0.01 to"}},
-      {{"--lookup", "magic", "batch"}, {"--lookup", "'magic'", "direct, dlsym, getproc, getproc-ptds"}},
+      {{"--lookup", "magic", "batch"},
+       {"--lookup", "'magic'", "direct, dlsym, getproc, getproc-ptds"}},
       {{"--context", "shared", "info"}, {"--context", "'shared'", "primary, own"}},
       {{"alloc", "--family", "texture"}, {"--family", "'texture'", "graph-node"}},
       {{"alloc", "--bytes", "12X"}, {"--bytes", "'12X'", "Gi"}},
@@ -339,9 +358,11 @@ TEST_F(TenantTest, BadOptionsAreRejectedWithOneLineNamingOptionValueAndAllowed) 
     for (const auto& argument : bad.arguments) command += argument + " ";
     EXPECT_EQ(result.exit_code, 2) << command;
     EXPECT_TRUE(result.out.empty()) << command << ": stdout " << result.out;
-    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << command << ": " << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << command << ": " << result.err;
     for (const auto& part : bad.message_parts) {
-      EXPECT_NE(result.err.find(part), std::string::npos) << command << ": '" << part << "' not in: " << result.err;
+      EXPECT_NE(result.err.find(part), std::string::npos)
+          << command << ": '" << part << "' not in: " << result.err;
     }
   }
 }

@@ -1,14 +1,14 @@
 // The kernel workloads: a closed-loop batch tenant (throughput) and an open-loop request
 // tenant (latency from each request's scheduled arrival, so queueing counts).
-#include "gpu.h"
-#include "modes.h"
-
 #include <time.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <numeric>
+
+#include "gpu.h"
+#include "modes.h"
 
 namespace quanta::tenant {
 namespace {
@@ -17,14 +17,17 @@ double seconds_between(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
-std::uint64_t kernel_ns(const Options& options) { return static_cast<std::uint64_t>(std::llround(options.kernel_ms * 1e6)); }
+std::uint64_t kernel_ns(const Options& options) {
+  return static_cast<std::uint64_t>(std::llround(options.kernel_ms * 1e6));
+}
 
 // A few tiny kernels before the clock starts: a real driver loads modules lazily at the
 // first launch, which would otherwise land in the first request's latency.
 void warm_up(const Driver& driver, Gpu& gpu, const Options& options) {
   if (options.warmup == 0) return;
   for (int i = 0; i < options.warmup; ++i) gpu.launch_spin(1000);
-  check(driver, need(driver, driver.StreamSynchronize, "cuStreamSynchronize")(gpu.stream()), "cuStreamSynchronize");
+  check(driver, need(driver, driver.StreamSynchronize, "cuStreamSynchronize")(gpu.stream()),
+        "cuStreamSynchronize");
 }
 
 }  // namespace
@@ -37,8 +40,10 @@ double percentile(std::vector<double> samples, double fraction) {
 }
 
 void sleep_until(Clock::time_point when) {
-  auto since_epoch = std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
-  timespec target{static_cast<time_t>(since_epoch / 1'000'000'000), static_cast<long>(since_epoch % 1'000'000'000)};
+  auto since_epoch =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count();
+  timespec target{static_cast<time_t>(since_epoch / 1'000'000'000),
+                  static_cast<long>(since_epoch % 1'000'000'000)};
   while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &target, nullptr) == EINTR) {
   }
 }
@@ -64,7 +69,8 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
   need(driver, driver.EventSynchronize, "cuEventSynchronize");
   // A ring of events, one per kernel in flight; slot k % depth belongs to kernel k.
   std::vector<CUevent> events(static_cast<std::size_t>(options.depth));
-  for (auto& event : events) check(driver, driver.EventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  for (auto& event : events)
+    check(driver, driver.EventCreate(&event, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   const auto depth = static_cast<std::uint64_t>(options.depth);
   const std::uint64_t duration_ns = kernel_ns(options);
   std::vector<double> launch_ns;
@@ -75,7 +81,8 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
   warm_up(driver, gpu, options);
   wait_for_start(options, report);
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(options.seconds));
   for (;;) {
     if (launched - completed == depth) {
       check(driver, driver.EventSynchronize(events[completed % depth]), "cuEventSynchronize");
@@ -85,7 +92,8 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
     completed_in_window = completed;
     const auto before = Clock::now();
     gpu.launch_spin(duration_ns);
-    launch_ns.push_back(static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - before).count()));
+    launch_ns.push_back(static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - before).count()));
     check(driver, driver.EventRecord(events[launched % depth], gpu.stream()), "cuEventRecord");
     ++launched;
   }
@@ -109,8 +117,10 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
   report["wall_seconds"] = wall;
   report["useful_per_s"] = wall > 0 ? kernel_seconds / wall : 0.0;
   report["launch_ns_p50"] = percentile(launch_ns, 0.50);
-  report["launch_ns_mean"] =
-      launch_ns.empty() ? 0.0 : std::accumulate(launch_ns.begin(), launch_ns.end(), 0.0) / static_cast<double>(launch_ns.size());
+  report["launch_ns_mean"] = launch_ns.empty()
+                                 ? 0.0
+                                 : std::accumulate(launch_ns.begin(), launch_ns.end(), 0.0) /
+                                       static_cast<double>(launch_ns.size());
   return true;
 }
 
@@ -120,7 +130,8 @@ bool run_requests(const Driver& driver, const Options& options, nlohmann::json& 
   need(driver, driver.StreamSynchronize, "cuStreamSynchronize");
   const std::uint64_t duration_ns = kernel_ns(options);
   // Arrivals at i / rate for every i with i / rate < seconds.
-  const auto scheduled = static_cast<std::uint64_t>(std::ceil(options.seconds * options.rate - 1e-9));
+  const auto scheduled =
+      static_cast<std::uint64_t>(std::ceil(options.seconds * options.rate - 1e-9));
   const auto period = std::chrono::duration<double>(1.0 / options.rate);
   std::vector<double> latency_ms;  // scheduled arrival to sync return
   std::vector<double> service_ms;  // launch to sync return: without the tenant's own lateness
@@ -131,10 +142,12 @@ bool run_requests(const Driver& driver, const Options& options, nlohmann::json& 
   warm_up(driver, gpu, options);
   wait_for_start(options, report);
   const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.seconds));
+  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double>(options.seconds));
   std::uint64_t issued = 0;
   for (; issued < scheduled; ++issued) {
-    const auto arrival = start + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(issued));
+    const auto arrival =
+        start + std::chrono::duration_cast<Clock::duration>(period * static_cast<double>(issued));
     const auto now = Clock::now();
     if (now >= deadline) break;  // the rest are missed: the tenant could not keep up
     if (now < arrival) {
@@ -161,9 +174,12 @@ bool run_requests(const Driver& driver, const Options& options, nlohmann::json& 
   report["p50_ms"] = percentile(latency_ms, 0.50);
   report["p90_ms"] = percentile(latency_ms, 0.90);
   report["p99_ms"] = percentile(latency_ms, 0.99);
-  report["max_ms"] = latency_ms.empty() ? 0.0 : *std::max_element(latency_ms.begin(), latency_ms.end());
-  report["mean_ms"] = latency_ms.empty() ? 0.0 : std::accumulate(latency_ms.begin(), latency_ms.end(), 0.0) /
-                                                      static_cast<double>(latency_ms.size());
+  report["max_ms"] =
+      latency_ms.empty() ? 0.0 : *std::max_element(latency_ms.begin(), latency_ms.end());
+  report["mean_ms"] = latency_ms.empty()
+                          ? 0.0
+                          : std::accumulate(latency_ms.begin(), latency_ms.end(), 0.0) /
+                                static_cast<double>(latency_ms.size());
   report["service_p50_ms"] = percentile(service_ms, 0.50);
   report["service_p99_ms"] = percentile(service_ms, 0.99);
   report["kernel_seconds"] = static_cast<double>(latency_ms.size()) * options.kernel_ms / 1e3;
