@@ -255,6 +255,13 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     }
   }
   apply(gpu, sched.decide(now));
+  for (const auto& [slot, pid] : gpu.slot_pids) {
+    common::ControlSlot& cs = region.slots[slot];
+    uint64_t limit = sched.inflight_limit_for(slot, now);
+    if (cs.inflight_limit_ns.load(std::memory_order_relaxed) != limit) cs.inflight_limit_ns.store(limit);
+    uint64_t quantum = sched.quantum_for(slot);
+    if (cs.quantum_ns.load(std::memory_order_relaxed) != quantum) cs.quantum_ns.store(quantum);
+  }
   auto holder = sched.holder();
   bool holding = holder && sched.state(*holder) == TenantState::kHolding;
   region.header.holder.store(holding ? *holder : common::kNoSlot, std::memory_order_release);

@@ -6,6 +6,8 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -42,6 +44,17 @@ void EventLoop::remove(int fd) {
   handlers_.erase(fd);
 }
 
+// One failing handler (a region that vanished, a descriptor limit) must not take the
+// daemon and every tenant's gating down with it: log it and serve on.
+template <typename F>
+void EventLoop::guarded(F&& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    spdlog::error("event handler failed: {}", e.what());
+  }
+}
+
 void EventLoop::run() {
   constexpr int kBatch = 64;
   epoll_event events[kBatch];
@@ -55,9 +68,9 @@ void EventLoop::run() {
       auto it = handlers_.find(events[i].data.fd);
       if (it == handlers_.end()) continue;
       std::shared_ptr<Handler> h = it->second;  // survives removal inside the handler
-      (*h)(events[i].events);
+      guarded([&] { (*h)(events[i].events); });
     }
-    if (after_events_ && !stopping_) after_events_();
+    if (after_events_ && !stopping_) guarded(after_events_);
   }
 }
 

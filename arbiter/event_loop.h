@@ -52,6 +52,9 @@ class EventLoop {
   void set_after_events(std::function<void()> f) { after_events_ = std::move(f); }
 
  private:
+  template <typename F>
+  void guarded(F&& f);
+
   UniqueFd epoll_;
   std::map<int, std::shared_ptr<Handler>> handlers_;
   std::function<void()> after_events_;

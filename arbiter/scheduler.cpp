@@ -124,8 +124,13 @@ void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t infl
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   // A launch "in the future" is garbage or clock skew: read it as "just now" (busy).
-  it->second.last_launch_ns = std::min(last_launch_ns, now);
-  it->second.inflight_ns = inflight_ns;
+  Tenant& t = it->second;
+  t.last_launch_ns = std::min(last_launch_ns, now);
+  t.inflight_ns = inflight_ns;
+  if (t.state == TenantState::kHolding && inflight_ns != 0) {
+    uint64_t sample = std::min(inflight_ns, options_.quantum_max_ns);
+    t.kernel_ns = t.kernel_ns == 0 ? sample : (t.kernel_ns * 7 + sample) / 8;
+  }
 }
 
 void Scheduler::released(SlotId slot, uint64_t now) {
@@ -274,9 +279,28 @@ uint64_t Scheduler::quantum_for(SlotId slot) const {
   auto it = tenants_.find(slot);
   if (it != tenants_.end()) {
     const Pod& p = pod_of(it->second);
-    if (p.policy.quantum_ns != 0) q = p.policy.quantum_ns;
+    if (p.policy.quantum_ns != 0) {
+      q = p.policy.quantum_ns;
+    } else {
+      q = std::max(q, it->second.kernel_ns * kKernelsPerQuantum);
+    }
   }
   return std::clamp(q, options_.quantum_min_ns, options_.quantum_max_ns);
+}
+
+uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {
+  auto it = tenants_.find(slot);
+  if (it == tenants_.end()) return options_.quantum_ns;
+  if (pod_of(it->second).policy.priority != common::Priority::kInteractive) {
+    for (const auto& [s, t] : tenants_) {
+      bool interactive = pod_of(t).policy.priority == common::Priority::kInteractive;
+      // "Active" reaches back one share window: interactive tenants idle between requests.
+      if (interactive && (is_active(t) || t.last_active_ns + options_.share_window_ns >= now)) {
+        return options_.quantum_min_ns;
+      }
+    }
+  }
+  return quantum_for(slot);
 }
 
 uint32_t Scheduler::waiting_count() const {

@@ -56,6 +56,8 @@ class Scheduler {
  public:
   // Virtual time advances by charged_ns * kScale / weight.
   static constexpr uint64_t kScale = 1000;
+  // A stretched quantum covers this many observed kernels.
+  static constexpr uint64_t kKernelsPerQuantum = 4;
 
   explicit Scheduler(SchedulerOptions options);
 
@@ -81,7 +83,13 @@ class Scheduler {
 
   std::optional<SlotId> holder() const { return holder_; }
   TenantState state(SlotId slot) const;
+  // The tenant's quantum: the pod's own if it set one, else the node quantum stretched to
+  // cover a few of its observed kernels (so switches stay a small fraction of GPU time),
+  // clamped to the node bounds.
   uint64_t quantum_for(SlotId slot) const;
+  // GPU time the tenant may keep queued: its quantum, or quantum_min for a non-interactive
+  // tenant while an interactive one is active, so long queues cannot set its latency.
+  uint64_t inflight_limit_for(SlotId slot, uint64_t now) const;
   uint32_t waiting_count() const;
   std::vector<TenantReport> report(uint64_t now) const;
   const SchedulerOptions& options() const { return options_; }
@@ -109,6 +117,7 @@ class Scheduler {
     uint64_t wait_since_ns = 0;
     uint64_t last_launch_ns = 0;
     uint64_t inflight_ns = 0;
+    uint64_t kernel_ns = 0;  // moving average of queued GPU time seen while holding
     uint64_t last_active_ns = 0;
     uint64_t grants = 0;
     uint64_t pass_overs = 0;

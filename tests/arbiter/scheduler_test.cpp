@@ -375,5 +375,43 @@ TEST(Scheduler, ReportShowsTargetAndAchievedShares) {
   EXPECT_GT(r[0].wait_p99_ns, 0u);
 }
 
+TEST(Scheduler, QuantumStretchesToCoverLongKernels) {
+  SchedulerOptions o;
+  o.quantum_ns = 10 * kNsPerMs;
+  o.quantum_max_ns = 100 * kNsPerMs;
+  Sim sim(o);
+  sim.add(1, 1);
+  sim.want(1);
+  sim.step();
+  EXPECT_EQ(sim.sched.quantum_for(1), 10 * kNsPerMs);
+  for (int i = 0; i < 50; ++i) sim.sched.set_activity(1, sim.now, 15 * kNsPerMs, sim.now);
+  EXPECT_GE(sim.sched.quantum_for(1), 55 * kNsPerMs) << "four 15 ms kernels do not fit the quantum";
+  for (int i = 0; i < 50; ++i) sim.sched.set_activity(1, sim.now, 500 * kNsPerMs, sim.now);
+  EXPECT_EQ(sim.sched.quantum_for(1), 100 * kNsPerMs) << "the node's quantum_max bounds it";
+  common::Policy own;
+  own.quantum_ns = 5 * kNsPerMs;
+  sim.sched.set_pod_policy(1, own);
+  EXPECT_EQ(sim.sched.quantum_for(1), 5 * kNsPerMs) << "a pod's own quantum is kept";
+}
+
+TEST(Scheduler, InflightLimitShrinksWhileAnInteractiveTenantIsActive) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  Sim sim(o);
+  common::Policy interactive;
+  interactive.priority = common::Priority::kInteractive;
+  sim.add(1, 1);
+  EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 20 * kNsPerMs);
+  sim.add(2, 2, interactive);
+  sim.want(2);
+  EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 1 * kNsPerMs);
+  EXPECT_EQ(sim.sched.inflight_limit_for(2, sim.now), 20 * kNsPerMs);
+  sim.want(2, false);
+  sim.now += 2 * kNsPerSec;
+  sim.step();
+  EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 20 * kNsPerMs) << "long-idle interactive tenant still limits";
+}
+
 }  // namespace
 }  // namespace quanta::arbiter
