@@ -117,7 +117,7 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
   if (mix.quanta) {
     std::optional<double> cpu_rate;
     if (cpu_before && cpu_after && cpu_t1 > cpu_t0) cpu_rate = (*cpu_after - *cpu_before) / (static_cast<double>(cpu_t1 - cpu_t0) / 1e9);
-    out["arbiter_cpu_s_per_s"] = figure(cpu_rate, 4);
+    out["arbiter_cpu_s_per_s"] = figure(cpu_rate, 6);
     if (!cpu_rate) add_note(out, "arbiter CPU time unreadable (arbiter gone?): " + run.arbiter_tail());
   }
   if (tracer) {

@@ -179,7 +179,7 @@ std::string Run::start_arbiter(const ArbiterSettings& settings) {
   fs::create_directories(dir_.file("state"));
 
   try {
-    arbiter_ = std::make_unique<Process>(Process::spawn({bench_.paths().arbiter, "--config", config_path},
+    arbiter_ = std::make_unique<Process>(Process::spawn({bench_.paths().arbiter, "--config", config_path, "--foreground"},
                                                         environment("", false), dir_.file("arbiter.out"),
                                                         dir_.file("arbiter.err")));
   } catch (const std::exception& error) {

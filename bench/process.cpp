@@ -140,7 +140,8 @@ ExitStatus Process::wait(std::chrono::milliseconds deadline) {
 }
 
 ExitStatus Process::stop(std::chrono::milliseconds grace) {
-  if (!running()) return status_.value_or(ExitStatus{});
+  if (pid_ <= 0) return ExitStatus{};
+  if (!running()) return *status_;
   kill(pid_, SIGTERM);
   auto until = std::chrono::steady_clock::now() + grace;
   while (!poll() && std::chrono::steady_clock::now() < until) {
@@ -158,7 +159,24 @@ ExitStatus Process::stop(std::chrono::milliseconds grace) {
 }
 
 std::optional<double> process_cpu_seconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  // Nanoseconds on CPU of every thread (schedstat) where the kernel keeps them: the
+  // clock-tick utime+stime of /proc/<pid>/stat cannot resolve a daemon that is idle
+  // most of the time.
+  std::error_code error;
+  std::string proc = "/proc/" + std::to_string(pid);
+  double schedstat_seconds = 0;
+  bool have_schedstat = false;
+  for (const auto& task : std::filesystem::directory_iterator(proc + "/task", error)) {
+    std::ifstream in(task.path() / "schedstat");
+    unsigned long long on_cpu_ns = 0;
+    if (in >> on_cpu_ns) {
+      schedstat_seconds += static_cast<double>(on_cpu_ns) / 1e9;
+      have_schedstat = true;
+    }
+  }
+  if (!error && have_schedstat) return schedstat_seconds;
+
+  std::ifstream in(proc + "/stat");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // The command name may hold spaces and parentheses: fields count from the last ')'.
   auto close = text.rfind(')');

@@ -1,6 +1,6 @@
 // Child processes of a benchmark run: an environment built from ours plus overrides, a
 // spawn that sends stdout and stderr to files, waiting with a deadline, and the CPU time
-// a live process has used (from /proc/<pid>/stat).
+// a live process has used (from /proc).
 #pragma once
 
 #include <sys/types.h>
@@ -46,7 +46,8 @@ class Process {
   ~Process();  // a process still running is killed and reaped
 
   pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0 && !status_; }
+  // Reaps the process if it has ended (a zombie is not running).
+  bool running() { return pid_ > 0 && !poll(); }
   // Waits until the process ends or the deadline passes (then SIGKILLs it).
   ExitStatus wait(std::chrono::milliseconds deadline);
   // SIGTERM, then SIGKILL after grace.
@@ -64,7 +65,8 @@ class Process {
   std::string program_;
 };
 
-// utime + stime of a live process in seconds; empty when /proc/<pid>/stat is unreadable.
+// CPU time of a live process (all threads) in seconds: from /proc/<pid>/task/*/schedstat
+// (ns), else utime + stime of /proc/<pid>/stat; empty when neither is readable.
 std::optional<double> process_cpu_seconds(pid_t pid);
 
 std::string read_file(const std::string& path);

@@ -25,14 +25,15 @@ std::string cell(const Json& value) {
   if (value.is_boolean()) return value.get<bool>() ? "yes" : "no";
   if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
   if (value.is_number()) {
+    // Four significant digits below 1000, whole numbers above: 0.73, 23.4, 106.4, 2790.
     double number = value.get<double>();
     std::ostringstream out;
     if (std::fabs(number) >= 1000 || number == std::floor(number)) {
       out.precision(0);
       out << std::fixed << number;
     } else {
-      out.precision(std::fabs(number) >= 10 ? 1 : (std::fabs(number) >= 1 ? 2 : 4));
-      out << std::fixed << number;
+      out.precision(4);
+      out << number;
     }
     return out.str();
   }

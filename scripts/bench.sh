@@ -77,6 +77,6 @@ fi
 mkdir -p "$(dirname "$results")" "$(dirname "$markdown")"
 analysis="$root/bench/analysis.md"
 "$report" --inputs "$work" --json "$results" --markdown "$markdown" \
-  --command "scripts/bench.sh $(basename "$build") ${bench_args[*]}" \
+  --command "$(echo "scripts/bench.sh $(basename "$build") ${bench_args[*]}" | sed 's/ *$//')" \
   --conditions "$conditions" $([[ -f $analysis ]] && echo --analysis "$analysis")
 echo "bench.sh: wrote $results and $markdown in ${elapsed} s" >&2

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,8 @@ const Expectation kExpectations[] = {
       "/quanta/eight_gpus/max_share_error_pp", "/quanta/eight_gpus/handoff_p99_us",
       "/quanta/eight_gpus/arbiter_cpu_s_per_s"}},
 };
+
+void PrintTo(const Expectation& expectation, std::ostream* out) { *out << expectation.scenario; }
 
 std::string run(const std::string& command, int& status) {
   std::string out;
