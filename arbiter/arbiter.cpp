@@ -157,7 +157,13 @@ void Arbiter::adopt_previous_state() {
       pid_t pid = static_cast<pid_t>(pod.region->procs[pi].pid.load());
       if (pid == 0) continue;
       UniqueFd pidfd = open_pidfd(pid);
-      if (!pidfd || processes_.count(pid) != 0) {
+      // The entry is tenant-writable: adopt only a live process that maps this very
+      // region. Anything else is dead or forged; reclaiming it touches only this pod.
+      std::string region_name = pod.region.name().substr(1);
+      if (!pidfd || processes_.count(pid) != 0 || !maps_shm(pid, region_name)) {
+        if (pidfd && processes_.count(pid) == 0) {
+          spdlog::warn("pod region {} lists live pid {} that does not map it: entry cleared", index, pid);
+        }
         reclaim_memory(pod, pi);
         ++reclaimed;
         continue;

@@ -30,4 +30,17 @@ std::string cgroup_of(pid_t pid) {
   return first_v1;
 }
 
+bool maps_shm(pid_t pid, const std::string& name) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
+  const std::string path = "/dev/shm/" + name;
+  std::string line;
+  while (std::getline(in, line)) {
+    auto at = line.find(path);
+    if (at == std::string::npos) continue;
+    size_t end = at + path.size();
+    if (end == line.size() || line[end] == ' ') return true;  // not a longer name ("pod.1" vs "pod.10")
+  }
+  return false;
+}
+
 }  // namespace quanta::arbiter

@@ -94,15 +94,35 @@ Pod& PodRegistry::get_or_create(const std::string& key) {
   pod.policy = resolve_policy(key);
   pod.region = PodRegionMap(name, common::kPodMagic);
   std::strncpy(pod.region->header.pod_key, key.c_str(), common::kPodKeyLen - 1);
-  return pods_[index] = std::move(pod);
+  Pod& out = pods_[index] = std::move(pod);
+  save_state();
+  return out;
 }
 
 Pod& PodRegistry::adopt(uint32_t index) {
   Pod pod;
   pod.index = index;
   pod.region = PodRegionMap(pod_region_name(config_.scope, index), common::kPodMagic);
-  pod.region->header.pod_key[common::kPodKeyLen - 1] = '\0';
-  pod.key = pod.region->header.pod_key;
+  // The header's key is tenant-writable: trust the key this arbiter recorded, so a pod
+  // cannot rename its region into another pod's after a restart.
+  std::string claimed(pod.region->header.pod_key, strnlen(pod.region->header.pod_key, common::kPodKeyLen));
+  auto recorded = recorded_keys_.find(index);
+  if (recorded != recorded_keys_.end()) {
+    pod.key = recorded->second;
+    if (claimed != pod.key) {
+      spdlog::warn("pod region {} says it belongs to \"{}\" but was created for \"{}\": keeping the latter", index,
+                   claimed, pod.key);
+      std::strncpy(pod.region->header.pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
+    }
+  } else {
+    pod.key = claimed;
+    spdlog::warn("pod region {} is not in {}; taking its own word that it belongs to \"{}\"", index, state_file(),
+                 pod.key);
+  }
+  for (const auto& [i, p] : pods_) {
+    if (p.key == pod.key) throw RegionError("pod regions " + std::to_string(i) + " and " + std::to_string(index) +
+                                            " both claim pod " + pod.key);
+  }
   pod.policy = resolve_policy(pod.key);
   return pods_[index] = std::move(pod);
 }
@@ -124,6 +144,7 @@ void PodRegistry::release_if_unused(uint32_t index) {
   if (it == pods_.end() || it->second.processes != 0) return;
   it->second.region.unlink();
   pods_.erase(it);
+  save_state();
 }
 
 std::string PodRegistry::state_file() const { return config_.state_dir + "/" + config_.scope + ".state.json"; }
@@ -147,6 +168,10 @@ void PodRegistry::load_state() {
       std::string err = register_container(reg);
       if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
     }
+    const nlohmann::json& pods = j.contains("pods") ? j["pods"] : empty_object;
+    for (const auto& [index, key] : pods.items()) {
+      if (key.is_string()) recorded_keys_[static_cast<uint32_t>(std::stoul(index))] = key.get<std::string>();
+    }
     const nlohmann::json& overrides = j.contains("overrides") ? j["overrides"] : empty_object;
     for (const auto& [pod, values] : overrides.items()) {
       std::string err = set_override(pod, values.get<std::map<std::string, std::string>>());
@@ -169,6 +194,8 @@ void PodRegistry::save_state() const {
                                   {"policy", r.policy}});
   }
   j["overrides"] = overrides_;
+  j["pods"] = nlohmann::json::object();
+  for (const auto& [index, pod] : pods_) j["pods"][std::to_string(index)] = pod.key;
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
   std::string tmp = state_file() + ".tmp";

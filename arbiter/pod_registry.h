@@ -76,6 +76,7 @@ class PodRegistry {
   std::map<std::string, Registration> registrations_;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
   std::map<uint32_t, Pod> pods_;
+  std::map<uint32_t, std::string> recorded_keys_;  // pod index → key, from the state file
 };
 
 }  // namespace quanta::arbiter

@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include <boost/interprocess/exceptions.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +32,7 @@ std::vector<uint32_t> existing_pod_regions(const std::string& scope) {
     if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
     out.push_back(static_cast<uint32_t>(std::stoul(digits)));
   }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -648,6 +648,40 @@ TEST(ArbiterDaemon, RestartReadoptsLiveTenantsAndReclaimsTheDead) {
   EXPECT_EQ(again.slot, l.slot);
 }
 
+TEST(ArbiterDaemon, ForgedPodRegionCannotCaptureAnotherPodAcrossRestart) {
+  Daemon d;
+  d.start();
+  std::string uuid = d.uuids()[0];
+  ChildTenant victim(d, "pod-a", uuid);
+  ChildTenant forger(d, "pod-b", uuid);
+  ChildReport f = forger.command('H');  // first: its region is adopted before the victim's
+  ChildReport v = victim.command('H');
+  ASSERT_LT(f.pod_index, v.pod_index);
+  ASSERT_EQ(v.type, static_cast<uint32_t>(MessageType::kAttached)) << v.reason;
+  ASSERT_EQ(f.type, static_cast<uint32_t>(MessageType::kAttached)) << f.reason;
+  victim.command('M', 4096);
+  auto* victim_pod = d.pod(v.pod_index);
+  auto* forged_pod = d.pod(f.pod_index);
+  // Everything pod-b can write: claim pod-a's name and list pod-a's process as its own.
+  std::strncpy(forged_pod->header.pod_key, "pod-a", sizeof(forged_pod->header.pod_key));
+  uint32_t fake = (f.proc_index + 1) % common::kMaxProcsPerPod;
+  forged_pod->procs[fake].pid.store(static_cast<uint32_t>(victim.pid));
+  forged_pod->procs[fake].gpus[0].memory_used.store(1 << 20);
+  d.stop(SIGKILL);
+  d.start();
+  EXPECT_EQ(victim_pod->memory_used[0].load(), 4096u) << "pod-b's forgery changed pod-a's ledger";
+  EXPECT_EQ(forged_pod->procs[fake].pid.load(), 0u) << "the forged entry was adopted";
+  EXPECT_STREQ(forged_pod->header.pod_key, "pod-b");
+  json t = d.tenant_status(victim.pid);
+  EXPECT_EQ(t["pod"], "pod-a") << t.dump();
+  EXPECT_EQ(t["slot"], v.slot);
+  EXPECT_EQ(d.tenant_status(forger.pid)["pod"], "pod-b");
+  // A newcomer of pod-a joins pod-a's region, not the forger's.
+  ChildTenant newcomer(d, "pod-a", uuid);
+  ChildReport n = newcomer.command('H');
+  EXPECT_EQ(n.pod_index, v.pod_index);
+}
+
 TEST(ArbiterDaemon, HeartbeatFollowsTheLease) {
   Daemon d("[scheduler]\nlease = \"100ms\"\n");
   d.start();
