@@ -11,7 +11,7 @@ Json run_fairness(const Bench& bench) {
   mix.weights = {1, 2, 4};
   mix.kernel_ms = 2.0;
   mix.depth = 2;
-  mix.seconds = bench.seconds(10.0, 1.5);
+  mix.seconds = bench.seconds(10.0, 1.0);
   Json out = {{"scenario", "fairness"},
               {"workload", {{"tenants", 3}, {"weights", mix.weights}, {"kernel_ms", mix.kernel_ms}, {"depth", mix.depth},
                             {"seconds", mix.seconds}}}};

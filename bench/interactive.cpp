@@ -77,7 +77,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, int ba
 }  // namespace
 
 Json run_interactive(const Bench& bench) {
-  double seconds = bench.seconds(6.0, 1.5);
+  double seconds = bench.seconds(6.0, 1.0);
   Json out = {{"scenario", "interactive"},
               {"workload", {{"interactive", "1 ms kernel + sync at 50/s"}, {"batch_tenants", kBatchTenants},
                             {"batch_kernel_ms", 20}, {"batch_depth", 2}, {"seconds", seconds}}}};

@@ -11,7 +11,7 @@ Json run_overhead(const Bench& bench) {
   mix.weights = {1, 1, 1};
   mix.kernel_ms = 2.0;
   mix.depth = 2;
-  mix.seconds = bench.seconds(8.0, 1.5);
+  mix.seconds = bench.seconds(8.0, 1.0);
   Json out = {{"scenario", "overhead"},
               {"workload", {{"tenants", 3}, {"kernel_ms", mix.kernel_ms}, {"depth", mix.depth}, {"seconds", mix.seconds}}}};
   mix.name = "overhead-native";
