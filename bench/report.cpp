@@ -120,20 +120,39 @@ std::string verdict(const Json& target) {
 
 int main(int argc, char** argv) {
   CLI::App app{"quanta-bench-report: latest.json and RESULTS.md from one run's per-scenario JSON files"};
-  std::string inputs, json_out, markdown_out, command, analysis, conditions;
-  app.add_option("--inputs", inputs, "directory holding <scenario>.json files")->required();
-  app.add_option("--json", json_out, "where to write the assembled JSON")->required();
+  std::string inputs, from, json_out, markdown_out, command, analysis, conditions;
+  auto* inputs_option = app.add_option("--inputs", inputs, "directory holding <scenario>.json files");
+  app.add_option("--from", from, "an assembled latest.json to render again (instead of --inputs)")->excludes(inputs_option);
+  app.add_option("--json", json_out, "where to write the assembled JSON (required with --inputs)");
   app.add_option("--markdown", markdown_out, "where to write RESULTS.md")->required();
   app.add_option("--command", command, "the command that produced the run");
   app.add_option("--conditions", conditions, "one line on what else ran during the measurement");
   app.add_option("--analysis", analysis, "a Markdown file appended as the analysis of misses");
   CLI11_PARSE(app, argc, argv);
+  if (inputs.empty() == from.empty() || (!inputs.empty() && json_out.empty())) {
+    std::cerr << "quanta-bench-report: give --inputs DIR with --json FILE, or --from latest.json\n";
+    return 2;
+  }
 
   Json all = Json::object();
   Json machine;
   std::string date, gpu;
   double elapsed = 0;
-  for (const auto& name : kOrder) {
+  if (!from.empty()) {
+    std::ifstream in(from);
+    try {
+      all = Json::parse(in);
+    } catch (const std::exception& error) {
+      std::cerr << "quanta-bench-report: cannot read " << from << ": " << error.what() << "\n";
+      return 1;
+    }
+    machine = all.value("machine", Json::object());
+    date = all.value("date", "");
+    gpu = all.value("gpu", "");
+    command = all.value("command", "");
+    conditions = all.value("conditions", "");
+  }
+  for (const auto& name : inputs.empty() ? std::vector<std::string>{} : kOrder) {
     fs::path file = fs::path(inputs) / (name + ".json");
     Json scenario;
     std::ifstream in(file);
@@ -155,13 +174,15 @@ int main(int argc, char** argv) {
     elapsed += scenario.value("elapsed_s", 0.0);
     all[name] = scenario;
   }
-  all["machine"] = machine;
-  all["date"] = date;
-  all["command"] = command;
-  all["gpu"] = gpu;
-  all["elapsed_s"] = std::round(elapsed * 10) / 10;
-  if (!conditions.empty()) all["conditions"] = conditions;
-  std::ofstream(json_out) << all.dump(2) << "\n";
+  if (from.empty()) {
+    all["machine"] = machine;
+    all["date"] = date;
+    all["command"] = command;
+    all["gpu"] = gpu;
+    all["elapsed_s"] = std::round(elapsed * 10) / 10;
+    if (!conditions.empty()) all["conditions"] = conditions;
+  }
+  if (!json_out.empty()) std::ofstream(json_out) << all.dump(2) << "\n";
 
   std::ostringstream md;
   md << "# Quanta benchmark results\n\n"

@@ -4,6 +4,8 @@
 #include "scenarios.h"
 #include "stats.h"
 
+#include <cmath>
+
 namespace quanta::bench {
 
 namespace {
@@ -35,6 +37,17 @@ Json summary(const Json& mix) {
   for (const char* key : {"max_share_error_pp", "handoff_p50_us", "handoff_p99_us", "arbiter_cpu_s_per_s", "utilization",
                           "useful_per_s", "context_switches_per_s", "handoffs", "source", "note"}) {
     if (mix.contains(key)) out[key] = mix[key];
+  }
+  // The tenant furthest from its target, so a large error can be read without the
+  // 64-row table.
+  double worst = -1;
+  for (const auto& tenant : mix.value("tenants", Json::array())) {
+    if (!tenant["achieved_share"].is_number()) continue;
+    double error = std::fabs(tenant["achieved_share"].get<double>() - tenant["target_share"].get<double>());
+    if (error > worst) {
+      worst = error;
+      out["worst_tenant"] = tenant;
+    }
   }
   return out;
 }

@@ -4,6 +4,7 @@
 # and bench/RESULTS.md. Usage:
 #   scripts/bench.sh BUILD_DIR [--quick] [--gpu sim|real] [--results FILE] [--markdown FILE]
 #                    [--only "fairness handoff"]
+#   scripts/bench.sh BUILD_DIR --render-only   # RESULTS.md again from latest.json (and bench/analysis.md)
 # The scenarios measure time on a shared machine: the script records whether compilers
 # or linkers ran meanwhile, and RESULTS.md says so.
 set -euo pipefail
@@ -16,6 +17,7 @@ results="$root/bench/results/latest.json"
 markdown="$root/bench/RESULTS.md"
 scenarios="fairness interactive overhead handoff launch-cost memcap scale"
 bench_args=()
+render_only=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) bench_args+=(--quick); shift ;;
@@ -23,7 +25,8 @@ while [[ $# -gt 0 ]]; do
     --results) results=$2; shift 2 ;;
     --markdown) markdown=$2; shift 2 ;;
     --only) scenarios=$2; shift 2 ;;
-    *) echo "bench.sh: unknown argument '$1' (allowed: --quick, --gpu sim|real, --results FILE, --markdown FILE, --only LIST)" >&2; exit 2 ;;
+    --render-only) render_only=1; shift ;;
+    *) echo "bench.sh: unknown argument '$1' (allowed: --quick, --gpu sim|real, --results FILE, --markdown FILE, --only LIST, --render-only)" >&2; exit 2 ;;
   esac
 done
 
@@ -32,6 +35,13 @@ report="$build/bin/quanta-bench-report"
 for program in "$bench" "$report"; do
   [[ -x $program ]] || { echo "bench.sh: $program is not built (run: cmake --build $build --target quanta-bench)" >&2; exit 1; }
 done
+
+analysis="$root/bench/analysis.md"
+if [[ $render_only -eq 1 ]]; then
+  "$report" --from "$results" --markdown "$markdown" $([[ -f $analysis ]] && echo --analysis "$analysis")
+  echo "bench.sh: rendered $markdown from $results" >&2
+  exit 0
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/quanta-bench-run-XXXXXX")
 watcher=
@@ -75,7 +85,6 @@ if [[ -s $work/load.txt ]]; then
 fi
 
 mkdir -p "$(dirname "$results")" "$(dirname "$markdown")"
-analysis="$root/bench/analysis.md"
 "$report" --inputs "$work" --json "$results" --markdown "$markdown" \
   --command "$(echo "scripts/bench.sh $(basename "$build") ${bench_args[*]}" | sed 's/ *$//')" \
   --conditions "$conditions" $([[ -f $analysis ]] && echo --analysis "$analysis")
