@@ -152,7 +152,19 @@ void Arbiter::adopt_previous_state() {
   size_t adopted = 0;
   size_t reclaimed = 0;
   for (uint32_t index : existing_pod_regions(config_.scope)) {
-    Pod& pod = pods_.adopt(index);
+    // A pod region is tenant-writable, so a bad header there is that pod's doing (or an
+    // old layout its tenants still map): it must not keep the arbiter from starting. Its
+    // processes are admitted afresh when they reconnect. (A control region, which only
+    // the arbiter writes, with another layout version does refuse the start.)
+    Pod* adopted = nullptr;
+    try {
+      adopted = &pods_.adopt(index);
+    } catch (const RegionError& e) {
+      spdlog::error("not re-adopting pod region {}: {}; its processes will be admitted afresh", index, e.what());
+      boost::interprocess::shared_memory_object::remove(pod_region_name(config_.scope, index).c_str());
+      continue;
+    }
+    Pod& pod = *adopted;
     for (uint32_t pi = 0; pi < common::kMaxProcsPerPod; ++pi) {
       pid_t pid = static_cast<pid_t>(pod.region->procs[pi].pid.load());
       if (pid == 0) continue;
@@ -232,6 +244,14 @@ void Arbiter::heartbeat() {
 }
 
 void Arbiter::after_events() {
+  for (auto& [index, pod] : pods_.pods()) {
+    if (!pod.truncated_reported && pod.region.faulted()) {
+      pod.truncated_reported = true;
+      spdlog::error("pod {} truncated its shared region: the arbiter no longer sees its requests or ledger; "
+                    "its holders are passed over after revoke_timeout",
+                    pod.key);
+    }
+  }
   for (auto& gpu : gpus_) {
     if (gpu->dirty) sync_and_decide(*gpu);
   }

@@ -2,7 +2,9 @@
 // Arbiter's. Errors reach here as exceptions and end the process with one clear line.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,12 +32,21 @@ int main(int argc, char** argv) {
                                                                         : QUANTA_SOURCE_CONFIG;
     }
     quanta::arbiter::NodeConfig config = quanta::arbiter::load_config(config_path);
+    spdlog::set_default_logger(spdlog::stderr_color_mt("quanta-arbiter-stderr"));
     spdlog::set_level(spdlog::level::from_str(level));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    // Every tenant costs a connection, a doorbell and a pidfd: take all the descriptors allowed.
+    rlimit files{};
+    if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+    }
     quanta::arbiter::Arbiter arbiter(config);
     if (!foreground) {
       auto file = spdlog::basic_logger_mt("quanta-arbiter", config.state_dir + "/quanta-arbiter.log");
+      file->set_level(spdlog::level::from_str(level));
       spdlog::set_default_logger(file);
+      spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
       spdlog::flush_on(spdlog::level::info);
       if (daemon(0, 0) != 0) throw std::runtime_error("cannot detach (daemon failed)");
     }

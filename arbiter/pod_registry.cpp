@@ -103,6 +103,7 @@ Pod& PodRegistry::adopt(uint32_t index) {
   Pod pod;
   pod.index = index;
   pod.region = PodRegionMap(pod_region_name(config_.scope, index), common::kPodMagic);
+  if (!pod.region.reopened()) throw RegionError("pod region " + std::to_string(index) + " vanished");
   // The header's key is tenant-writable: trust the key this arbiter recorded, so a pod
   // cannot rename its region into another pod's after a restart.
   std::string claimed(pod.region->header.pod_key, strnlen(pod.region->header.pod_key, common::kPodKeyLen));

@@ -37,6 +37,7 @@ struct Pod {
   common::Policy policy;
   PodRegionMap region;
   uint32_t processes = 0;  // admitted processes using this pod region
+  bool truncated_reported = false;
 };
 
 class PodRegistry {

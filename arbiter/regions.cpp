@@ -1,6 +1,8 @@
 // Creating, validating and re-opening the arbiter's shared-memory regions.
 #include "arbiter/regions.h"
 
+#include "arbiter/fault_guard.h"
+
 #include <fcntl.h>
 #include <sys/mman.h>
 
@@ -59,6 +61,11 @@ Region<T>::Region(const std::string& name, uint32_t magic) : name_(name) {
   } catch (const bip::interprocess_exception& e) {
     throw RegionError("shared-memory region " + name + ": " + e.what());
   }
+  // Tenants map pod regions read-write and so could truncate them: guard the mapping.
+  if constexpr (std::is_same_v<T, common::PodRegion>) {
+    install_fault_guard();
+    guard_mapping(get(), mapping_.get_size());
+  }
   auto& header = get()->header;
   if (reopened_) {
     if (header.magic != magic) {
@@ -81,6 +88,29 @@ Region<T>::Region(const std::string& name, uint32_t magic) : name_(name) {
   header.magic = magic;
   header.version = common::kLayoutVersion;
   header.size = static_cast<uint32_t>(sizeof(T));
+}
+
+template <typename T>
+Region<T>::~Region() {
+  if (void* base = mapping_.get_address()) unguard_mapping(base);
+}
+
+template <typename T>
+Region<T>& Region<T>::operator=(Region&& other) noexcept {
+  if (this != &other) {
+    if (void* base = mapping_.get_address()) unguard_mapping(base);
+    name_ = std::move(other.name_);
+    shm_ = std::move(other.shm_);
+    mapping_ = std::move(other.mapping_);
+    reopened_ = other.reopened_;
+  }
+  return *this;
+}
+
+template <typename T>
+bool Region<T>::faulted() const {
+  const void* base = mapping_.get_address();
+  return base != nullptr && mapping_faulted(base);
 }
 
 template <typename T>

@@ -34,7 +34,8 @@ class Region {
   Region() = default;
   Region(const std::string& name, uint32_t magic);
   Region(Region&&) noexcept = default;
-  Region& operator=(Region&&) noexcept = default;
+  Region& operator=(Region&& other) noexcept;
+  ~Region();
 
   T* get() const { return static_cast<T*>(mapping_.get_address()); }
   T* operator->() const { return get(); }
@@ -44,6 +45,8 @@ class Region {
   int open_fd(bool writable) const;
   // Removes the name (tenants keep their mappings).
   void unlink();
+  // True when the file was truncated under us (pod regions are guarded, see fault_guard.h).
+  bool faulted() const;
 
  private:
   std::string name_;

@@ -36,6 +36,11 @@ void copy_text(char* dst, size_t cap, const std::string& text) {
 
 bool nul_terminated(const char* s, size_t cap) { return std::memchr(s, '\0', cap) != nullptr; }
 
+// A process needs one connection (a second Hello replaces the first); a few more cover
+// a reconnect racing the old one's close.
+constexpr size_t kMaxConnectionsPerPid = 4;
+constexpr size_t kMaxConnections = 8192;
+
 }  // namespace
 
 void Arbiter::on_tenant_accept() {
@@ -48,6 +53,15 @@ void Arbiter::on_tenant_accept() {
       return;
     }
     PeerCred cred = peer_cred(fd);
+    // The socket is open to every container: bound what one caller (or all) can hold.
+    size_t same_pid = 0;
+    for (const auto& [other_fd, c] : connections_) same_pid += c.pid == cred.pid ? 1 : 0;
+    if (same_pid >= kMaxConnectionsPerPid || connections_.size() >= kMaxConnections) {
+      spdlog::warn("refusing a tenant connection of pid {}: {} open from it, {} in all", cred.pid, same_pid,
+                   connections_.size());
+      ::close(fd);
+      continue;
+    }
     Connection& conn = connections_[fd];
     conn.sock.reset(fd);
     conn.pid = cred.pid;

@@ -682,6 +682,30 @@ TEST(ArbiterDaemon, ForgedPodRegionCannotCaptureAnotherPodAcrossRestart) {
   EXPECT_EQ(n.pod_index, v.pod_index);
 }
 
+TEST(ArbiterDaemon, TenantTruncatingItsPodRegionCannotCrashTheArbiter) {
+  Daemon d("[scheduler]\nquantum = \"10ms\"\nrevoke_timeout = \"100ms\"\nlease = \"100ms\"\n");
+  d.start();
+  std::string uuid = d.uuids()[0];
+  ChildTenant vandal(d, "pod-vandal", uuid);
+  ChildTenant other(d, "pod-other", uuid);
+  ChildReport v = vandal.command('H');
+  ChildReport o = other.command('H');
+  ASSERT_EQ(o.type, static_cast<uint32_t>(MessageType::kAttached)) << o.reason;
+  auto* control = d.control(0);
+  vandal.command('W');
+  ASSERT_TRUE(wait_for([&] { return holds(control, v.slot); }, 2000));
+  // The region fd a tenant holds is O_RDWR, so it can shrink the file under the arbiter.
+  std::string name = "/" + d.scope() + ".pod." + std::to_string(v.pod_index);
+  int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  ::close(fd);
+  other.command('W');
+  EXPECT_TRUE(wait_for([&] { return holds(control, o.slot); }, 3000)) << "the other pod never got the GPU";
+  EXPECT_TRUE(d.alive()) << "the arbiter died of a truncated pod region";
+  EXPECT_TRUE(d.admin({{"cmd", "status"}})["ok"].get<bool>());
+}
+
 TEST(ArbiterDaemon, HeartbeatFollowsTheLease) {
   Daemon d("[scheduler]\nlease = \"100ms\"\n");
   d.start();
