@@ -202,7 +202,7 @@ World::World(const std::string& test_name, ArbiterConfig config) : name_(test_na
 World::~World() {
   if (arbiter_.running()) {
     arbiter_.signal(SIGTERM);
-    if (arbiter_.wait(5) < 0) arbiter_.signal(SIGKILL);
+    if (arbiter_.wait(2) < 0) arbiter_.signal(SIGKILL);
   }
   arbiter_ = Child();
   shm_unlink(("/" + sim_state_).c_str());
@@ -259,7 +259,7 @@ void World::start_arbiter() {
   Env env = tenant_env("", false);
   env["QUANTA_LOG_LEVEL"] = "info";
   const int run = arbiter_runs_++;
-  arbiter_ = Child({QUANTA_ARBITER_BINARY, "--config", config_path_}, env, dir_.file("arbiter.out." + std::to_string(run)),
+  arbiter_ = Child({QUANTA_ARBITER_BINARY, "--foreground", "--config", config_path_}, env, dir_.file("arbiter.out." + std::to_string(run)),
                    dir_.file("arbiter.log." + std::to_string(run)));
   const bool up = eventually(10.0, [&] {
     if (!arbiter_.running()) return true;
@@ -277,7 +277,7 @@ void World::kill_arbiter(int sig) {
 std::string World::arbiter_log() const {
   std::string text;
   for (int run = 0; run < arbiter_runs_; ++run) text += read_file(dir_.file("arbiter.log." + std::to_string(run)));
-  return text;
+  return text + read_file(dir_.file("state/quanta-arbiter.log"));
 }
 
 // ---------------------------------------------------------------------------------------

@@ -179,7 +179,8 @@ TEST(Integration, ArbiterSurvivesMalformedTenantMessages) {
     attach_first.receive(&reply, sizeof reply);
   }
   sleep_ms(100);
-  ASSERT_TRUE(world.arbiter().running()) << "the arbiter died on malformed input; its log:\n" << world.arbiter_log();
+  ASSERT_TRUE(world.arbiter().running()) << "the arbiter died on malformed input (exit " << world.arbiter().exit_code()
+                                         << "); its log:\n" << world.arbiter_log();
   RawClient client(world.tenant_socket());
   const auto message = hello("raw");
   ASSERT_TRUE(client.send_bytes(&message, sizeof message));
