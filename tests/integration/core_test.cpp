@@ -21,6 +21,9 @@ std::string test_name() { return ::testing::UnitTest::GetInstance()->current_tes
 
 std::string start_in(double ms) { return std::to_string(realtime_ns() + static_cast<int64_t>(ms * 1e6)); }
 
+// The CLOCK_MONOTONIC time (simgpu's log clock) `ms` from now.
+uint64_t monotonic_in(double ms) { return monotonic_ns() + static_cast<uint64_t>(ms * 1e6); }
+
 std::vector<std::string> batch(double seconds, const std::string& start_at, double kernel_ms = 2.0) {
   return {"batch", "--seconds", std::to_string(seconds), "--kernel-ms", std::to_string(kernel_ms), "--depth", "2",
           "--start-at", start_at};
@@ -117,6 +120,7 @@ TEST(Core, GatedTenantsNeverInterleaveWithinAQuantum) {
   World world(test_name(), ArbiterConfig{.quantum = "20ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
   world.start_arbiter();
   const std::string at = start_in(400);
+  const uint64_t started = monotonic_in(400);
   Child a = world.spawn_tenant(batch(1.2, at), "a", true);
   Child b = world.spawn_tenant(batch(1.2, at), "b", true);
   expect_clean_exit(a, 20, "gated tenant a");
@@ -130,7 +134,8 @@ TEST(Core, GatedTenantsNeverInterleaveWithinAQuantum) {
   expect_clean_exit(nb, 20, "native tenant b");
 
   const auto slices = read_sim_log(world.sim_log_path());
-  const auto gated = interrupted_holds(holds_among(slices, {a.pid(), b.pid()}));
+  // From 100 ms after the common start on (before it, one tenant warms up alone).
+  const auto gated = interrupted_holds(holds_among(slices, {a.pid(), b.pid()}), started + 100 * kMs);
   const auto native = interrupted_holds(holds_among(slices, {na.pid(), nb.pid()}));
   ASSERT_GE(gated.size(), 10u) << "the gated pair barely alternated: " << describe(gated);
   ASSERT_GE(native.size(), 10u) << "the native pair barely alternated: " << describe(native);
