@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -733,6 +734,79 @@ TEST(ArbiterDaemon, SetChangesPolicyOfRunningPodLive) {
   EXPECT_FALSE(bad["ok"].get<bool>());
   EXPECT_NE(bad["error"].get<std::string>().find("interactive, batch or best-effort"), std::string::npos);
   EXPECT_FALSE(d.admin({{"cmd", "frobnicate"}})["ok"].get<bool>());
+}
+
+struct Ran {
+  int status = -1;
+  std::string out;
+  std::string err;
+};
+
+Ran run(const std::vector<std::string>& argv) {
+  char out_path[] = "/tmp/quanta-arbiter-test-out-XXXXXX";
+  char err_path[] = "/tmp/quanta-arbiter-test-err-XXXXXX";
+  int out = mkstemp(out_path);
+  int err = mkstemp(err_path);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  Ran r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  auto slurp = [](const char* path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  ::close(out);
+  ::close(err);
+  unlink(out_path);
+  unlink(err_path);
+  return r;
+}
+
+TEST(ArbiterDaemon, QuantactlPrintsStatusAndSetsPolicy) {
+  Daemon d;
+  d.start();
+  std::string uuid = d.uuids()[0];
+  ChildTenant t(d, "pod-shown", uuid);
+  ASSERT_EQ(t.command('H').type, static_cast<uint32_t>(MessageType::kAttached));
+  const std::string ctl = QUANTACTL_BIN;
+  Ran table = run({ctl, "--admin-socket", d.admin_socket(), "status"});
+  EXPECT_EQ(table.status, 0) << table.err;
+  EXPECT_NE(table.out.find(uuid), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("pod-shown"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("ACHIEVED"), std::string::npos) << table.out;
+
+  Ran as_json = run({ctl, "--admin-socket", d.admin_socket(), "status", "--json"});
+  ASSERT_EQ(as_json.status, 0) << as_json.err;
+  json parsed = json::parse(as_json.out);
+  EXPECT_EQ(parsed["gpus"][0]["tenants"][0]["pod"], "pod-shown");
+
+  Ran set = run({ctl, "--admin-socket", d.admin_socket(), "set", "pod-shown", "weight=5", "priority=interactive"});
+  EXPECT_EQ(set.status, 0) << set.err;
+  EXPECT_EQ(d.tenant_status(t.pid)["priority"], "interactive");
+
+  Ran bad = run({ctl, "--admin-socket", d.admin_socket(), "set", "pod-shown", "weight=heavy"});
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.err.find("weight \"heavy\" is not allowed"), std::string::npos) << bad.err;
+  Ran not_pair = run({ctl, "--admin-socket", d.admin_socket(), "set", "pod-shown", "weight"});
+  EXPECT_EQ(not_pair.status, 1);
+  EXPECT_NE(not_pair.err.find("key=value"), std::string::npos) << not_pair.err;
+  Ran no_daemon = run({ctl, "--admin-socket", d.dir() + "/nothing.sock", "status"});
+  EXPECT_EQ(no_daemon.status, 1);
+  EXPECT_NE(no_daemon.err.find("nothing.sock"), std::string::npos) << no_daemon.err;
 }
 
 TEST(ArbiterDaemon, RefusesToStartWithBadConfigNamingTheKey) {
