@@ -335,8 +335,9 @@ TEST(Core, ArbiterRestartUnderLoadCausesNoTenantError) {
   LedgerWatch watch(world.scope(), "capped");
   const Env overhead = {{"QUANTA_CONTEXT_OVERHEAD", "16Mi"}};
   const std::string at = start_in(400);
-  Child a = world.spawn_tenant(batch(3.0, at), "a", true);
-  Child b = world.spawn_tenant(batch(3.0, at), "b", true);
+  const Env chatty = {{"QUANTA_LOG_LEVEL", "info"}};
+  Child a = world.spawn_tenant(batch(3.0, at), "a", true, chatty);
+  Child b = world.spawn_tenant(batch(3.0, at), "b", true, chatty);
   std::vector<Child> allocators;
   for (int i = 0; i < 2; ++i) {
     allocators.push_back(world.spawn_tenant(
@@ -345,12 +346,18 @@ TEST(Core, ArbiterRestartUnderLoadCausesNoTenantError) {
   }
   sleep_ms(400 + 900);
   world.kill_arbiter(SIGKILL);
-  sleep_ms(300);  // the tenants run on through the lease lapse
+  sleep_ms(500);  // longer than the lease: the tenants' gating lapses and they run on
   world.start_arbiter();
   const uint64_t restarted_at = monotonic_ns();
 
   expect_clean_exit(a, 30, "tenant a");
   expect_clean_exit(b, 30, "tenant b");
+  for (Child* tenant : {&a, &b}) {
+    const std::string err = tenant->err();
+    EXPECT_NE(err.find("lapsed"), std::string::npos) << "no lease lapse seen by pid " << tenant->pid() << ":\n" << err;
+    EXPECT_NE(err.find("reconnected to the arbiter"), std::string::npos)
+        << "pid " << tenant->pid() << " never reconnected:\n" << err;
+  }
   uint64_t denials = 0;
   for (Child& allocator : allocators) {
     const nlohmann::json report = expect_clean_exit(allocator, 30, "allocating tenant");
