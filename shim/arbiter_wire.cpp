@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -22,6 +23,10 @@ using common::MessageType;
 using common::PodRegion;
 
 constexpr int kSocketTimeoutSeconds = 2;
+
+// fstat by system call: glibc >= 2.33 exports fstat@GLIBC_2.33 (before, it was an inline
+// wrapper of __fxstat), and libquanta.so must load on glibc 2.17.
+int stat_fd(int fd, struct stat* st) { return static_cast<int>(syscall(SYS_fstat, fd, st)); }
 constexpr int kMaxFdsPerMessage = 4;
 
 // Size a message of each type must have; 0 for types a tenant never receives or sends.
@@ -40,7 +45,7 @@ uint32_t expected_size(MessageType type) {
 template <typename Region>
 Region* map_region(int fd, int prot, uint32_t magic, const char** why) {
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  if (stat_fd(fd, &st) != 0) {
     *why = "cannot stat the region descriptor";
     return nullptr;
   }
@@ -147,7 +152,7 @@ void close_all(const int* fds, int count) noexcept {
 
 bool file_identity(int fd, FileIdentity* out) noexcept {
   struct stat st {};
-  if (fstat(fd, &st) != 0) return false;
+  if (stat_fd(fd, &st) != 0) return false;
   out->device = static_cast<uint64_t>(st.st_dev);
   out->inode = static_cast<uint64_t>(st.st_ino);
   return true;
