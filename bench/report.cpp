@@ -216,6 +216,13 @@ int main(int argc, char** argv) {
       for (const char* layout : {"one_gpu", "eight_gpus"}) {
         md << "**" << layout << "**\n\n";
         figure_table(md, scenario, configs, layout);
+        for (const auto& config : configs) {
+          const Json& block = scenario[config].value(layout, Json::object());
+          if (!block.contains("worst_tenant")) continue;
+          const Json& worst = block["worst_tenant"];
+          md << "\n" << config << " worst tenant: weight " << cell(worst["weight"]) << ", target share "
+             << cell(worst["target_share"]) << ", achieved " << cell(worst["achieved_share"]) << "\n";
+        }
         md << "\n";
       }
     } else {
