@@ -396,9 +396,12 @@ TEST(Core, ArbiterRestartUnderLoadCausesNoTenantError) {
   const auto slices = read_sim_log(world.sim_log_path());
   const auto after = interrupted_holds(holds_among(slices, {a.pid(), b.pid()}), restarted_at + 1000 * kMs);
   ASSERT_GE(after.size(), 5u) << "the tenants barely alternated after the restart: " << describe(after);
-  for (const Hold& hold : after) {
-    EXPECT_GE(hold.end_ns - hold.start_ns, 10 * kMs) << "gating not back 1 s after the restart: " << describe(after);
-  }
+  // Ungated, simgpu alternates every 1 ms; gated, each hold lasts a quantum. The re-adopted
+  // scheduler may cut a single hold short (its own policy), so judge the pattern, not one hold.
+  size_t short_holds = 0;
+  for (const Hold& hold : after) short_holds += hold.end_ns - hold.start_ns < 10 * kMs;
+  EXPECT_LE(short_holds * 10, after.size()) << "gating not back 1 s after the restart: " << describe(after);
+  EXPECT_GE(median_length(after), 15 * kMs) << "gating not back 1 s after the restart: " << describe(after);
 }
 
 TEST(Core, ProcessWithoutCudaPaysNothing) {
