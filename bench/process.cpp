@@ -3,7 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -55,12 +55,8 @@ std::string ExitStatus::describe() const {
 
 Process Process::spawn(const std::vector<std::string>& argv, const Environment& env,
                        const std::string& stdout_path, const std::string& stderr_path) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
+  // Everything the child needs is built before fork: between fork and exec it only makes
+  // async-signal-safe calls (the bench has threads).
   std::vector<char*> args;
   for (const auto& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
@@ -69,11 +65,42 @@ Process Process::spawn(const std::vector<std::string>& argv, const Environment& 
   for (auto& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
-  pid_t pid = -1;
-  int error = posix_spawn(&pid, argv.at(0).c_str(), &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (error != 0) {
-    throw std::runtime_error("cannot start " + argv.at(0) + ": " + std::strerror(error));
+  int report[2];  // the child writes errno here if exec fails; closed on exec otherwise
+  if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
+  const pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) {
+    int error = errno;
+    close(report[0]);
+    close(report[1]);
+    throw std::runtime_error("cannot start " + argv.at(0) + ": fork failed: " + std::strerror(error));
+  }
+  if (pid == 0) {
+    // A bench killed mid-run (a test timeout) must not leave arbiters and tenants behind.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);
+    int in = open("/dev/null", O_RDONLY);
+    int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (in < 0 || out < 0 || err < 0 || dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
+        dup2(err, STDERR_FILENO) < 0) {
+      int error = errno;
+      (void)!write(report[1], &error, sizeof error);
+      _exit(127);
+    }
+    execve(args[0], args.data(), envp.data());
+    int error = errno;
+    (void)!write(report[1], &error, sizeof error);
+    _exit(127);
+  }
+  close(report[1]);
+  int child_error = 0;
+  ssize_t got = read(report[0], &child_error, sizeof child_error);
+  close(report[0]);
+  if (got == static_cast<ssize_t>(sizeof child_error)) {
+    int raw = 0;
+    waitpid(pid, &raw, 0);
+    throw std::runtime_error("cannot start " + argv.at(0) + ": " + std::strerror(child_error));
   }
   Process process;
   process.pid_ = pid;
