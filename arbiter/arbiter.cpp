@@ -138,6 +138,14 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
 }
 
 Arbiter::~Arbiter() {
+  // A clean stop lets tenants lapse to ungated launches now rather than after the lease:
+  // zero the heartbeat and wake every launcher blocked at a gate so it notices. A restart
+  // brings gating back with the next heartbeat; grants (odd turns) stay for re-adoption.
+  for (auto& gpu : gpus_) {
+    common::ControlRegion& region = *gpu->region.get();
+    region.header.heartbeat_ns.store(0, std::memory_order_release);
+    for (const auto& [slot, pid] : gpu->slot_pids) common::futex_wake(&region.slots[slot].turn, INT_MAX);
+  }
   ::unlink(config_.tenant_socket.c_str());
   ::unlink(config_.admin_socket.c_str());
 }

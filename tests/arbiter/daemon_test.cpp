@@ -716,6 +716,8 @@ TEST(ArbiterDaemon, HeartbeatFollowsTheLease) {
   uint64_t first = control->header.heartbeat_ns.load();
   ASSERT_TRUE(wait_for([&] { return control->header.heartbeat_ns.load() != first; }, 1000));
   EXPECT_LT(common::monotonic_ns() - control->header.heartbeat_ns.load(), 60 * kNsPerMs);
+  d.stop(SIGTERM);
+  EXPECT_EQ(control->header.heartbeat_ns.load(), 0u) << "a clean stop must let tenants lapse at once";
 }
 
 TEST(ArbiterDaemon, SetChangesPolicyOfRunningPodLive) {
