@@ -3,6 +3,7 @@
 #include "harness.h"
 
 #include <signal.h>
+#include <cerrno>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -104,10 +105,40 @@ void remove_shm_with_prefix(const std::string& prefix) {
   }
 }
 
+// The pid in "<prefix><pid>-…", or 0.
+pid_t pid_after(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return 0;
+  size_t end = name.find('-', prefix.size());
+  if (end == std::string::npos || end == prefix.size()) return 0;
+  std::string digits = name.substr(prefix.size(), end - prefix.size());
+  if (digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 9) return 0;
+  return static_cast<pid_t>(std::stol(digits));
+}
+
+bool gone(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
+
 }  // namespace
 
+void sweep_leftovers() {
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator("/dev/shm", error)) {
+    std::string name = entry.path().filename().string();
+    pid_t owner = pid_after(name, "qb");
+    if (owner == 0) owner = pid_after(name, "qbench-sim-");
+    if (gone(owner)) fs::remove(entry.path(), error);
+  }
+  const char* base = std::getenv("TMPDIR");
+  for (const auto& entry : fs::directory_iterator(base != nullptr && *base != '\0' ? base : "/tmp", error)) {
+    if (gone(pid_after(entry.path().filename().string(), "quanta-bench-"))) fs::remove_all(entry.path(), error);
+  }
+}
+
 Run::Run(const Bench& bench, const std::string& name, bool quanta, SimSettings sim)
-    : bench_(bench), name_(name), quanta_(quanta), sim_(std::move(sim)), dir_("quanta-bench-" + name) {
+    : bench_(bench),
+      name_(name),
+      quanta_(quanta),
+      sim_(std::move(sim)),
+      dir_("quanta-bench-" + std::to_string(getpid()) + "-" + name) {
   int serial = run_counter.fetch_add(1);
   std::string unique = std::to_string(getpid()) + "-" + std::to_string(serial);
   sim_state_ = "qbench-sim-" + unique;

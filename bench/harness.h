@@ -148,6 +148,10 @@ class Run {
   int spawned_ = 0;
 };
 
+// Removes what runs of quanta-bench that were killed left behind: shared-memory regions
+// and temporary directories whose names carry the pid of a process that is gone.
+void sweep_leftovers();
+
 // CLOCK_REALTIME minus CLOCK_MONOTONIC, now, in ns.
 int64_t realtime_minus_monotonic_ns();
 

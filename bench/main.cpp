@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
   // Children are reaped by the harness; a closed stdout reader must not kill us mid-run.
   signal(SIGPIPE, SIG_IGN);
 
+  sweep_leftovers();
   Paths paths = Paths::around("/proc/self/exe");
   std::optional<RealGpu> real_gpu;
   if (gpu_text != "sim") real_gpu = detect_real_gpu(paths.sim_dir);
