@@ -2,10 +2,9 @@
 // quantactl and quanta-hook: status, set (live policy), register and unregister. The
 // status schema is documented in docs/quantactl-status.md.
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -22,7 +21,9 @@ using nlohmann::json;
 
 constexpr size_t kMaxRequestBytes = 64 * 1024;
 
-json error(const std::string& text) { return json{{"ok", false}, {"error", text}}; }
+json error(const std::string& text) {
+  return json{{"ok", false}, {"error", text}};
+}
 
 // Policy values may come as strings or numbers; the parsers take text.
 bool policy_text(const json& v, std::string* out) {
@@ -76,7 +77,9 @@ bool send_all(int fd, const std::string& data) {
   return true;
 }
 
-double ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+double ms(uint64_t ns) {
+  return static_cast<double>(ns) / 1e6;
+}
 
 }  // namespace
 
@@ -86,7 +89,10 @@ void Arbiter::on_admin_accept() {
     if (fd < 0) return;
     PeerCred cred = peer_cred(fd);
     if (cred.uid != 0) {
-      std::string refusal = error("the admin socket serves root only (caller uid " + std::to_string(cred.uid) + ")").dump() + "\n";
+      std::string refusal =
+          error("the admin socket serves root only (caller uid " + std::to_string(cred.uid) + ")")
+              .dump() +
+          "\n";
       send_all(fd, refusal);
       ::close(fd);
       continue;
@@ -155,7 +161,8 @@ json Arbiter::handle_admin(const json& request) {
       } else {
         out["note"] = "pod " + pod + " has no process now; the values apply when it starts";
       }
-      spdlog::info("policy of pod {} set live: {}", pod, request.value("values", json::object()).dump());
+      spdlog::info("policy of pod {} set live: {}", pod,
+                   request.value("values", json::object()).dump());
       return out;
     }
     if (cmd == "register") {
@@ -171,7 +178,8 @@ json Arbiter::handle_admin(const json& request) {
       if (!err.empty()) return error(err);
       pods_.save_state();
       if (Pod* p = pods_.find_key(r.pod_key())) apply_policy(*p);
-      spdlog::info("registered container {} of pod {} (cgroup {})", r.container_id, r.pod_key(), r.cgroup_path);
+      spdlog::info("registered container {} of pod {} (cgroup {})", r.container_id, r.pod_key(),
+                   r.cgroup_path);
       return json{{"ok", true}, {"pod", r.pod_key()}};
     }
     if (cmd == "unregister") {
@@ -211,7 +219,8 @@ json Arbiter::status_json() {
           {"achieved_share", r.achieved_share},
           {"wait_p99_ms", ms(r.wait_p99_ns)},
           {"gate_waits", gate_waits},
-          {"gate_wait_avg_ms", gate_waits == 0 ? 0.0 : ms(ch.gate_wait_ns.load()) / static_cast<double>(gate_waits)},
+          {"gate_wait_avg_ms",
+           gate_waits == 0 ? 0.0 : ms(ch.gate_wait_ns.load()) / static_cast<double>(gate_waits)},
           {"gate_wait_max_ms", ms(ch.gate_wait_max_ns.load())},
           {"launches", ch.launches.load()},
           {"memory_used", ch.memory_used.load()},
@@ -227,7 +236,8 @@ json Arbiter::status_json() {
     json holder_json = nullptr;
     if (holder != common::kNoSlot && gpu->slot_pids.count(holder) != 0) {
       pid_t pid = gpu->slot_pids.at(holder);
-      holder_json = json{{"slot", holder}, {"pid", pid}, {"pod", pods_.find(processes_.at(pid).pod_index)->key}};
+      holder_json = json{
+          {"slot", holder}, {"pid", pid}, {"pod", pods_.find(processes_.at(pid).pod_index)->key}};
     }
     gpus.push_back({{"index", gpu->index},
                     {"uuid", gpu->uuid},

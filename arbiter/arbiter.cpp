@@ -5,12 +5,11 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <climits>
@@ -55,8 +54,8 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
   lock_fd_.reset(::open(lock_path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600));
   if (!lock_fd_) throw_errno("cannot open " + lock_path);
   if (flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
-    throw std::runtime_error("another quanta-arbiter with scope \"" + config_.scope + "\" is running (it holds " +
-                             lock_path + ")");
+    throw std::runtime_error("another quanta-arbiter with scope \"" + config_.scope +
+                             "\" is running (it holds " + lock_path + ")");
   }
   pods_.load_state();
 
@@ -64,7 +63,8 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
   if (uuids.empty()) throw std::runtime_error("NVML reports no GPU to manage");
   if (uuids.size() > common::kMaxGpus) {
     throw std::runtime_error("NVML reports " + std::to_string(uuids.size()) + " devices; at most " +
-                             std::to_string(common::kMaxGpus) + " can be managed: list them in [node] gpus");
+                             std::to_string(common::kMaxGpus) +
+                             " can be managed: list them in [node] gpus");
   }
   const uint64_t now = monotonic_ns();
   for (uint32_t i = 0; i < uuids.size(); ++i) {
@@ -73,9 +73,10 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     gpu->uuid = uuids[i];
     std::string name = control_region_name(config_.scope, i);
     gpu->region = ControlRegionMap(name, common::kControlMagic);
-    if (gpu->region.reopened() && std::strncmp(gpu->region->header.uuid, uuids[i].c_str(), common::kUuidLen) != 0) {
-      spdlog::warn("{} belonged to {}, now GPU {} is {}: starting it afresh", name, gpu->region->header.uuid, i,
-                   uuids[i]);
+    if (gpu->region.reopened() &&
+        std::strncmp(gpu->region->header.uuid, uuids[i].c_str(), common::kUuidLen) != 0) {
+      spdlog::warn("{} belonged to {}, now GPU {} is {}: starting it afresh", name,
+                   gpu->region->header.uuid, i, uuids[i]);
       gpu->region.unlink();
       gpu->region = ControlRegionMap();
       gpu->region = ControlRegionMap(name, common::kControlMagic);
@@ -107,8 +108,9 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     signalfd_siginfo info{};
     ssize_t r = ::read(signal_fd_.get(), &info, sizeof(info));
     (void)r;
-    spdlog::info("signal {} received: stopping (tenants keep their regions; a restart re-adopts them)",
-                 info.ssi_signo);
+    spdlog::info(
+        "signal {} received: stopping (tenants keep their regions; a restart re-adopts them)",
+        info.ssi_signo);
     loop_.stop();
   });
 
@@ -133,8 +135,9 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
 
   std::string list;
   for (auto& g : gpus_) list += (list.empty() ? "" : ", ") + g->uuid;
-  spdlog::info("quanta-arbiter generation {} serving {} GPU(s) [{}] on {} (admin {}), scope \"{}\"", generation_,
-               gpus_.size(), list, config_.tenant_socket, config_.admin_socket, config_.scope);
+  spdlog::info("quanta-arbiter generation {} serving {} GPU(s) [{}] on {} (admin {}), scope \"{}\"",
+               generation_, gpus_.size(), list, config_.tenant_socket, config_.admin_socket,
+               config_.scope);
 }
 
 Arbiter::~Arbiter() {
@@ -144,7 +147,8 @@ Arbiter::~Arbiter() {
   for (auto& gpu : gpus_) {
     common::ControlRegion& region = *gpu->region.get();
     region.header.heartbeat_ns.store(0, std::memory_order_release);
-    for (const auto& [slot, pid] : gpu->slot_pids) common::futex_wake(&region.slots[slot].turn, INT_MAX);
+    for (const auto& [slot, pid] : gpu->slot_pids)
+      common::futex_wake(&region.slots[slot].turn, INT_MAX);
   }
   ::unlink(config_.tenant_socket.c_str());
   ::unlink(config_.admin_socket.c_str());
@@ -168,8 +172,10 @@ void Arbiter::adopt_previous_state() {
     try {
       adopted = &pods_.adopt(index);
     } catch (const RegionError& e) {
-      spdlog::error("not re-adopting pod region {}: {}; its processes will be admitted afresh", index, e.what());
-      boost::interprocess::shared_memory_object::remove(pod_region_name(config_.scope, index).c_str());
+      spdlog::error("not re-adopting pod region {}: {}; its processes will be admitted afresh",
+                    index, e.what());
+      boost::interprocess::shared_memory_object::remove(
+          pod_region_name(config_.scope, index).c_str());
       continue;
     }
     Pod& pod = *adopted;
@@ -182,7 +188,8 @@ void Arbiter::adopt_previous_state() {
       std::string region_name = pod.region.name().substr(1);
       if (!pidfd || processes_.count(pid) != 0 || !maps_shm(pid, region_name)) {
         if (pidfd && processes_.count(pid) == 0) {
-          spdlog::warn("pod region {} lists live pid {} that does not map it: entry cleared", index, pid);
+          spdlog::warn("pod region {} lists live pid {} that does not map it: entry cleared", index,
+                       pid);
         }
         reclaim_memory(pod, pi);
         ++reclaimed;
@@ -205,7 +212,8 @@ void Arbiter::adopt_previous_state() {
       pid_t pid = static_cast<pid_t>(slot.pid.load());
       auto it = pid == 0 ? processes_.end() : processes_.find(pid);
       bool valid = it != processes_.end() && it->second.pod_index == slot.pod_index.load() &&
-                   it->second.proc_index == slot.proc_index.load() && it->second.slots.count(gpu->index) == 0;
+                   it->second.proc_index == slot.proc_index.load() &&
+                   it->second.slots.count(gpu->index) == 0;
       if (!valid) {
         if (slot.turn.load() & 1u) bump_turn(slot);
         slot.pid.store(0);
@@ -231,8 +239,8 @@ void Arbiter::adopt_previous_state() {
   }
   for (uint32_t index : unused) pods_.release_if_unused(index);
   if (adopted != 0 || reclaimed != 0) {
-    spdlog::info("re-adopted {} live process(es); reclaimed the memory of {} that exited meanwhile", adopted,
-                 reclaimed);
+    spdlog::info("re-adopted {} live process(es); reclaimed the memory of {} that exited meanwhile",
+                 adopted, reclaimed);
   }
 }
 
@@ -255,9 +263,10 @@ void Arbiter::after_events() {
   for (auto& [index, pod] : pods_.pods()) {
     if (!pod.truncated_reported && pod.region.faulted()) {
       pod.truncated_reported = true;
-      spdlog::error("pod {} truncated its shared region: the arbiter no longer sees its requests or ledger; "
-                    "its holders are passed over after revoke_timeout",
-                    pod.key);
+      spdlog::error(
+          "pod {} truncated its shared region: the arbiter no longer sees its requests or ledger; "
+          "its holders are passed over after revoke_timeout",
+          pod.key);
     }
   }
   for (auto& gpu : gpus_) {
@@ -281,9 +290,11 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now);
     sched.set_activity(slot, ch.last_launch_ns.load(std::memory_order_relaxed),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
-    if (ch.released_turn.load(std::memory_order_acquire) == region.slots[slot].turn.load(std::memory_order_acquire)) {
+    if (ch.released_turn.load(std::memory_order_acquire) ==
+        region.slots[slot].turn.load(std::memory_order_acquire)) {
       TenantState st = sched.state(slot);
-      if (st == TenantState::kHolding || st == TenantState::kRevoking || st == TenantState::kPassedOver) {
+      if (st == TenantState::kHolding || st == TenantState::kRevoking ||
+          st == TenantState::kPassedOver) {
         sched.released(slot, now);
       }
     }
@@ -292,7 +303,8 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   for (const auto& [slot, pid] : gpu.slot_pids) {
     common::ControlSlot& cs = region.slots[slot];
     uint64_t limit = sched.inflight_limit_for(slot, now);
-    if (cs.inflight_limit_ns.load(std::memory_order_relaxed) != limit) cs.inflight_limit_ns.store(limit);
+    if (cs.inflight_limit_ns.load(std::memory_order_relaxed) != limit)
+      cs.inflight_limit_ns.store(limit);
     uint64_t quantum = sched.quantum_for(slot);
     if (cs.quantum_ns.load(std::memory_order_relaxed) != quantum) cs.quantum_ns.store(quantum);
   }
@@ -321,8 +333,11 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
       case Action::Kind::kPassOver: {
         pid_t pid = gpu.slot_pids.count(a.slot) ? gpu.slot_pids.at(a.slot) : 0;
         Pod* pod = pid != 0 ? pods_.find(processes_.at(pid).pod_index) : nullptr;
-        spdlog::warn("pid {} of pod {} did not release GPU {} within {} ms of a revoke (stopped or hung): passed over",
-                     pid, pod != nullptr ? pod->key : "?", gpu.uuid, config_.scheduler.revoke_timeout_ns / 1000000);
+        spdlog::warn(
+            "pid {} of pod {} did not release GPU {} within {} ms of a revoke (stopped or hung): "
+            "passed over",
+            pid, pod != nullptr ? pod->key : "?", gpu.uuid,
+            config_.scheduler.revoke_timeout_ns / 1000000);
         break;
       }
     }
@@ -356,8 +371,9 @@ void Arbiter::on_death(pid_t pid) {
   uint32_t pod_index = proc.pod_index;
   processes_.erase(it);
   pods_.release_if_unused(pod_index);
-  spdlog::info("pid {} of pod {} exited: its grants are free and {} bytes returned to the pod ledger", pid, key,
-               returned);
+  spdlog::info(
+      "pid {} of pod {} exited: its grants are free and {} bytes returned to the pod ledger", pid,
+      key, returned);
   after_events();  // hand the GPU on now, not after the rest of this batch
 }
 

@@ -3,19 +3,20 @@
 // every error carries file:line:column, the key, the value and what is allowed.
 #include "arbiter/config.h"
 
-#include "common/shm_layout.h"
-
-#include <cstdio>
 #include <toml++/toml.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
+
+#include "common/shm_layout.h"
 
 namespace quanta::arbiter {
 namespace {
 
 std::string where(const std::string& source, const toml::source_region& region) {
-  return source + ":" + std::to_string(region.begin.line) + ":" + std::to_string(region.begin.column);
+  return source + ":" + std::to_string(region.begin.line) + ":" +
+         std::to_string(region.begin.column);
 }
 
 // The value as text for the policy parsers: strings as written, numbers printed plainly.
@@ -58,8 +59,10 @@ class Reader {
  public:
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
-  [[noreturn]] void fail(const toml::node& node, const std::string& key, const std::string& what) const {
-    throw ConfigError(where(source_, node.source()) + ": " + key + " = " + shown(node) + ": " + what);
+  [[noreturn]] void fail(const toml::node& node, const std::string& key,
+                         const std::string& what) const {
+    throw ConfigError(where(source_, node.source()) + ": " + key + " = " + shown(node) + ": " +
+                      what);
   }
 
   void check_keys(const toml::table& table, const std::string& section,
@@ -107,7 +110,8 @@ class Reader {
     if (!err.empty()) fail(node, full, err);
   }
 
-  void policy_table(const toml::table& table, const std::string& section, common::Policy* policy) const {
+  void policy_table(const toml::table& table, const std::string& section,
+                    common::Policy* policy) const {
     check_keys(table, section, {"weight", "priority", "max_share", "memory_limit", "quantum"});
     for (auto&& [k, v] : table) policy_value(v, section, k.str(), policy);
   }
@@ -125,7 +129,8 @@ class Reader {
 bool valid_scope(const std::string& s) {
   if (s.empty() || s.size() > 32) return false;
   for (char c : s) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_';
     if (!ok) return false;
   }
   return true;
@@ -138,7 +143,8 @@ common::Policy NodeConfig::policy_for(const std::string& pod) const {
   return it == pods.end() ? defaults : it->second;
 }
 
-std::string apply_policy_value(common::Policy* policy, const std::string& key, const std::string& value) {
+std::string apply_policy_value(common::Policy* policy, const std::string& key,
+                               const std::string& value) {
   common::ParseError err;
   bool ok = false;
   if (key == "weight") {
@@ -156,7 +162,8 @@ std::string apply_policy_value(common::Policy* policy, const std::string& key, c
   } else if (key == "quantum") {
     ok = common::parse_duration(value, &policy->quantum_ns, &err);
   } else {
-    return "unknown policy key \"" + key + "\": allowed keys are weight, priority, max-share, memory-limit, quantum";
+    return "unknown policy key \"" + key +
+           "\": allowed keys are weight, priority, max-share, memory-limit, quantum";
   }
   return ok ? "" : std::string(err.text);
 }
@@ -175,8 +182,9 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
 
   if (auto n = root.get("node")) {
     const toml::table& node = r.table_value(*n, "node");
-    r.check_keys(node, "[node]",
-                 {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus"});
+    r.check_keys(
+        node, "[node]",
+        {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus"});
     for (auto&& [k, v] : node) {
       std::string key = "node." + std::string(k.str());
       if (k == "scope") {
@@ -206,8 +214,9 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
 
   if (auto n = root.get("scheduler")) {
     const toml::table& sched = r.table_value(*n, "scheduler");
-    r.check_keys(sched, "[scheduler]",
-                 {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease", "idle_release"});
+    r.check_keys(
+        sched, "[scheduler]",
+        {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease", "idle_release"});
     SchedulerConfig& s = cfg.scheduler;
     for (auto&& [k, v] : sched) {
       std::string key = "scheduler." + std::string(k.str());
@@ -219,14 +228,17 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
       if (k == "lease") s.lease_ns = ns;
       if (k == "idle_release") s.idle_release_ns = ns;
     }
-    if (s.quantum_min_ns > s.quantum_max_ns || s.quantum_ns < s.quantum_min_ns || s.quantum_ns > s.quantum_max_ns) {
+    if (s.quantum_min_ns > s.quantum_max_ns || s.quantum_ns < s.quantum_min_ns ||
+        s.quantum_ns > s.quantum_max_ns) {
       const toml::node* q = sched.get("quantum");
       r.fail(q != nullptr ? *q : *n, "scheduler.quantum",
-             "quantum_min <= quantum <= quantum_max is required (now " + std::to_string(s.quantum_min_ns) +
-                 "ns, " + std::to_string(s.quantum_ns) + "ns, " + std::to_string(s.quantum_max_ns) + "ns)");
+             "quantum_min <= quantum <= quantum_max is required (now " +
+                 std::to_string(s.quantum_min_ns) + "ns, " + std::to_string(s.quantum_ns) + "ns, " +
+                 std::to_string(s.quantum_max_ns) + "ns)");
     }
     if (s.lease_ns < 4'000'000) {
-      r.fail(*sched.get("lease"), "scheduler.lease", "use at least 4ms (the heartbeat runs every lease/4)");
+      r.fail(*sched.get("lease"), "scheduler.lease",
+             "use at least 4ms (the heartbeat runs every lease/4)");
     }
   }
 
@@ -240,7 +252,8 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
       std::string name(k.str());
       std::string section = "pod.\"" + name + "\"";
       if (name.empty() || name.size() >= common::kPodKeyLen) {
-        r.fail(v, section, "use a pod name of 1 to " + std::to_string(common::kPodKeyLen - 1) + " bytes");
+        r.fail(v, section,
+               "use a pod name of 1 to " + std::to_string(common::kPodKeyLen - 1) + " bytes");
       }
       common::Policy p = cfg.defaults;
       r.policy_table(r.table_value(v, section), section, &p);

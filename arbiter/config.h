@@ -14,12 +14,12 @@
 namespace quanta::arbiter {
 
 struct SchedulerConfig {
-  uint64_t quantum_ns = 20'000'000;        // node default quantum
-  uint64_t quantum_min_ns = 1'000'000;     // bounds every pod's quantum; also the minimum
-  uint64_t quantum_max_ns = 100'000'000;   // hold before an interactive tenant preempts
+  uint64_t quantum_ns = 20'000'000;          // node default quantum
+  uint64_t quantum_min_ns = 1'000'000;       // bounds every pod's quantum; also the minimum
+  uint64_t quantum_max_ns = 100'000'000;     // hold before an interactive tenant preempts
   uint64_t revoke_timeout_ns = 500'000'000;  // a holder that ignores a revoke is passed over
-  uint64_t lease_ns = 1'000'000'000;       // tenants lapse to ungated launches after this
-  uint64_t idle_release_ns = 2'000'000;    // an idle holder is revoked early when others wait
+  uint64_t lease_ns = 1'000'000'000;         // tenants lapse to ungated launches after this
+  uint64_t idle_release_ns = 2'000'000;      // an idle holder is revoked early when others wait
 };
 
 struct NodeConfig {
@@ -50,6 +50,7 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
 
 // Applies one policy key ("weight", "priority", "max_share"/"max-share",
 // "memory_limit"/"memory-limit", "quantum") given as text. Returns "" or an error line.
-std::string apply_policy_value(common::Policy* policy, const std::string& key, const std::string& value);
+std::string apply_policy_value(common::Policy* policy, const std::string& key,
+                               const std::string& value);
 
 }  // namespace quanta::arbiter

@@ -38,7 +38,8 @@ bool maps_shm(pid_t pid, const std::string& name) {
     auto at = line.find(path);
     if (at == std::string::npos) continue;
     size_t end = at + path.size();
-    if (end == line.size() || line[end] == ' ') return true;  // not a longer name ("pod.1" vs "pod.10")
+    if (end == line.size() || line[end] == ' ')
+      return true;  // not a longer name ("pod.1" vs "pod.10")
   }
   return false;
 }

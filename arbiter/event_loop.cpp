@@ -2,11 +2,10 @@
 // event so a handler may remove fds (its own included) safely.
 #include "arbiter/event_loop.h"
 
+#include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -83,7 +82,8 @@ void Timer::arm_at(uint64_t monotonic_ns) {
   itimerspec spec{};
   spec.it_value.tv_sec = static_cast<time_t>(monotonic_ns / 1000000000ull);
   spec.it_value.tv_nsec = static_cast<long>(monotonic_ns % 1000000000ull);
-  if (timerfd_settime(fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0) throw_errno("timerfd_settime");
+  if (timerfd_settime(fd_.get(), TFD_TIMER_ABSTIME, &spec, nullptr) != 0)
+    throw_errno("timerfd_settime");
   armed_at_ = monotonic_ns;
 }
 

@@ -31,12 +31,14 @@ std::vector<std::string> discover_gpus(const std::vector<std::string>& wanted) {
   void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    throw std::runtime_error(std::string("cannot load NVML (libnvidia-ml.so.1): ") + (why ? why : "unknown error") +
-                             ": install the NVIDIA driver, or for tests set LD_LIBRARY_PATH to simgpu's build/sim");
+    throw std::runtime_error(
+        std::string("cannot load NVML (libnvidia-ml.so.1): ") + (why ? why : "unknown error") +
+        ": install the NVIDIA driver, or for tests set LD_LIBRARY_PATH to simgpu's build/sim");
   }
   auto init = symbol<InitFn>(lib, "nvmlInit_v2", "nvmlInit");
   auto count = symbol<CountFn>(lib, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-  auto handle = symbol<HandleFn>(lib, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
+  auto handle =
+      symbol<HandleFn>(lib, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
   auto uuid = symbol<UuidFn>(lib, "nvmlDeviceGetUUID");
   auto mig_count = symbol<MigCountFn>(lib, "nvmlDeviceGetMaxMigDeviceCount");
   auto mig_handle = symbol<MigHandleFn>(lib, "nvmlDeviceGetMigDeviceHandleByIndex");
@@ -47,7 +49,8 @@ std::vector<std::string> discover_gpus(const std::vector<std::string>& wanted) {
     throw std::runtime_error(text);
   };
   if (init == nullptr || count == nullptr || handle == nullptr || uuid == nullptr) {
-    throw std::runtime_error("libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID");
+    throw std::runtime_error(
+        "libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID");
   }
   if (int rc = init(); rc != 0) fail("nvmlInit", rc);
   unsigned n = 0;
@@ -85,7 +88,8 @@ std::vector<std::string> discover_gpus(const std::vector<std::string>& wanted) {
     if (!found) {
       std::string list;
       for (const std::string& a : all) list += (list.empty() ? "" : ", ") + a;
-      throw std::runtime_error("[node] gpus names " + w + ", which NVML does not report; it reports: " +
+      throw std::runtime_error("[node] gpus names " + w +
+                               ", which NVML does not report; it reports: " +
                                (list.empty() ? std::string("no devices") : list));
     }
     out.push_back(w);

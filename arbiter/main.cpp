@@ -1,12 +1,12 @@
 // quanta-arbiter's entry point: command line, config, logging; everything else is
 // Arbiter's. Errors reach here as exceptions and end the process with one clear line.
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 
@@ -14,14 +14,17 @@
 #include "arbiter/config.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"quanta-arbiter: hands out GPU time quanta and memory caps to the pods on this node"};
+  CLI::App app{
+      "quanta-arbiter: hands out GPU time quanta and memory caps to the pods on this node"};
   std::string config_path;
   bool foreground = false;
   std::string level = "info";
-  app.add_option("--config", config_path,
-                 "node config (default /etc/quanta/quanta.toml, else the source tree's config/quanta.toml)");
+  app.add_option(
+      "--config", config_path,
+      "node config (default /etc/quanta/quanta.toml, else the source tree's config/quanta.toml)");
   app.add_flag("--foreground", foreground,
-               "stay attached and log to stderr (otherwise detach and log to <state_dir>/quanta-arbiter.log)");
+               "stay attached and log to stderr (otherwise detach and log to "
+               "<state_dir>/quanta-arbiter.log)");
   app.add_option("--log-level", level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -29,7 +32,7 @@ int main(int argc, char** argv) {
   try {
     if (config_path.empty()) {
       config_path = std::filesystem::exists("/etc/quanta/quanta.toml") ? "/etc/quanta/quanta.toml"
-                                                                        : QUANTA_SOURCE_CONFIG;
+                                                                       : QUANTA_SOURCE_CONFIG;
     }
     quanta::arbiter::NodeConfig config = quanta::arbiter::load_config(config_path);
     spdlog::set_default_logger(spdlog::stderr_color_mt("quanta-arbiter-stderr"));
@@ -43,7 +46,8 @@ int main(int argc, char** argv) {
     }
     quanta::arbiter::Arbiter arbiter(config);
     if (!foreground) {
-      auto file = spdlog::basic_logger_mt("quanta-arbiter", config.state_dir + "/quanta-arbiter.log");
+      auto file =
+          spdlog::basic_logger_mt("quanta-arbiter", config.state_dir + "/quanta-arbiter.log");
       file->set_level(spdlog::level::from_str(level));
       spdlog::set_default_logger(file);
       spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");

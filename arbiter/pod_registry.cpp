@@ -12,7 +12,8 @@
 namespace quanta::arbiter {
 
 std::string Registration::pod_key() const {
-  if (!pod_name.empty()) return (pod_namespace.empty() ? "default" : pod_namespace) + "/" + pod_name;
+  if (!pod_name.empty())
+    return (pod_namespace.empty() ? "default" : pod_namespace) + "/" + pod_name;
   return "uid:" + pod_uid;
 }
 
@@ -21,9 +22,11 @@ PodRegistry::PodRegistry(const NodeConfig& config) : config_(config) {}
 std::string PodRegistry::register_container(const Registration& r) {
   if (r.container_id.empty()) return "register needs a container_id";
   if (r.cgroup_path.empty() || r.cgroup_path[0] != '/') {
-    return "register needs cgroup_path, the container's cgroup as /proc/<pid>/cgroup shows it (\"/kubepods/…\")";
+    return "register needs cgroup_path, the container's cgroup as /proc/<pid>/cgroup shows it "
+           "(\"/kubepods/…\")";
   }
-  if (r.pod_name.empty() && r.pod_uid.empty()) return "register needs pod_name (with pod_namespace) or pod_uid";
+  if (r.pod_name.empty() && r.pod_uid.empty())
+    return "register needs pod_name (with pod_namespace) or pod_uid";
   if (r.pod_key().size() >= common::kPodKeyLen) return "pod key " + r.pod_key() + " is too long";
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
@@ -49,9 +52,11 @@ const Registration* PodRegistry::match_cgroup(const std::string& cgroup) const {
   return best;
 }
 
-std::string PodRegistry::set_override(const std::string& pod_key, const std::map<std::string, std::string>& values) {
+std::string PodRegistry::set_override(const std::string& pod_key,
+                                      const std::map<std::string, std::string>& values) {
   if (pod_key.empty() || pod_key.size() >= common::kPodKeyLen) return "set needs a pod name";
-  if (values.empty()) return "set needs at least one key=value (weight, priority, max-share, memory-limit, quantum)";
+  if (values.empty())
+    return "set needs at least one key=value (weight, priority, max-share, memory-limit, quantum)";
   common::Policy probe = resolve_policy(pod_key);
   for (const auto& [k, v] : values) {
     std::string err = apply_policy_value(&probe, k, v);
@@ -103,26 +108,30 @@ Pod& PodRegistry::adopt(uint32_t index) {
   Pod pod;
   pod.index = index;
   pod.region = PodRegionMap(pod_region_name(config_.scope, index), common::kPodMagic);
-  if (!pod.region.reopened()) throw RegionError("pod region " + std::to_string(index) + " vanished");
+  if (!pod.region.reopened())
+    throw RegionError("pod region " + std::to_string(index) + " vanished");
   // The header's key is tenant-writable: trust the key this arbiter recorded, so a pod
   // cannot rename its region into another pod's after a restart.
-  std::string claimed(pod.region->header.pod_key, strnlen(pod.region->header.pod_key, common::kPodKeyLen));
+  std::string claimed(pod.region->header.pod_key,
+                      strnlen(pod.region->header.pod_key, common::kPodKeyLen));
   auto recorded = recorded_keys_.find(index);
   if (recorded != recorded_keys_.end()) {
     pod.key = recorded->second;
     if (claimed != pod.key) {
-      spdlog::warn("pod region {} says it belongs to \"{}\" but was created for \"{}\": keeping the latter", index,
-                   claimed, pod.key);
+      spdlog::warn(
+          "pod region {} says it belongs to \"{}\" but was created for \"{}\": keeping the latter",
+          index, claimed, pod.key);
       std::strncpy(pod.region->header.pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
     }
   } else {
     pod.key = claimed;
-    spdlog::warn("pod region {} is not in {}; taking its own word that it belongs to \"{}\"", index, state_file(),
-                 pod.key);
+    spdlog::warn("pod region {} is not in {}; taking its own word that it belongs to \"{}\"", index,
+                 state_file(), pod.key);
   }
   for (const auto& [i, p] : pods_) {
-    if (p.key == pod.key) throw RegionError("pod regions " + std::to_string(i) + " and " + std::to_string(index) +
-                                            " both claim pod " + pod.key);
+    if (p.key == pod.key)
+      throw RegionError("pod regions " + std::to_string(i) + " and " + std::to_string(index) +
+                        " both claim pod " + pod.key);
   }
   pod.policy = resolve_policy(pod.key);
   return pods_[index] = std::move(pod);
@@ -148,7 +157,9 @@ void PodRegistry::release_if_unused(uint32_t index) {
   save_state();
 }
 
-std::string PodRegistry::state_file() const { return config_.state_dir + "/" + config_.scope + ".state.json"; }
+std::string PodRegistry::state_file() const {
+  return config_.state_dir + "/" + config_.scope + ".state.json";
+}
 
 void PodRegistry::load_state() {
   std::ifstream in(state_file());
@@ -171,12 +182,14 @@ void PodRegistry::load_state() {
     }
     const nlohmann::json& pods = j.contains("pods") ? j["pods"] : empty_object;
     for (const auto& [index, key] : pods.items()) {
-      if (key.is_string()) recorded_keys_[static_cast<uint32_t>(std::stoul(index))] = key.get<std::string>();
+      if (key.is_string())
+        recorded_keys_[static_cast<uint32_t>(std::stoul(index))] = key.get<std::string>();
     }
     const nlohmann::json& overrides = j.contains("overrides") ? j["overrides"] : empty_object;
     for (const auto& [pod, values] : overrides.items()) {
       std::string err = set_override(pod, values.get<std::map<std::string, std::string>>());
-      if (!err.empty()) spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), pod, err);
+      if (!err.empty())
+        spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), pod, err);
     }
   } catch (const std::exception& e) {
     spdlog::warn("{}: ignoring unreadable state ({})", state_file(), e.what());

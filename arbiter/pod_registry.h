@@ -7,11 +7,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "arbiter/config.h"
 #include "arbiter/regions.h"
@@ -52,7 +51,8 @@ class PodRegistry {
   const std::map<std::string, Registration>& registrations() const { return registrations_; }
 
   // Live overrides (`quantactl set`); validated; returns "" or an error line.
-  std::string set_override(const std::string& pod_key, const std::map<std::string, std::string>& values);
+  std::string set_override(const std::string& pod_key,
+                           const std::map<std::string, std::string>& values);
 
   // The policy a pod has now: registration or config table, then overrides.
   common::Policy resolve_policy(const std::string& pod_key) const;

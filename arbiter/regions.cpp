@@ -1,16 +1,16 @@
 // Creating, validating and re-opening the arbiter's shared-memory regions.
 #include "arbiter/regions.h"
 
-#include "arbiter/fault_guard.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 
-#include <boost/interprocess/exceptions.hpp>
 #include <algorithm>
+#include <boost/interprocess/exceptions.hpp>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+
+#include "arbiter/fault_guard.h"
 
 namespace quanta::arbiter {
 namespace bip = boost::interprocess;
@@ -31,7 +31,9 @@ std::vector<uint32_t> existing_pod_regions(const std::string& scope) {
     std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0) continue;
     std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (digits.empty() || digits.size() > 6 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
     out.push_back(static_cast<uint32_t>(std::stoul(digits)));
   }
   std::sort(out.begin(), out.end());
@@ -53,9 +55,11 @@ Region<T>::Region(const std::string& name, uint32_t magic) : name_(name) {
     }
     bip::offset_t size = 0;
     shm_.get_size(size);
-    if (reopened_ && static_cast<size_t>(size) < sizeof(typename std::remove_reference_t<decltype(get()->header)>)) {
+    if (reopened_ && static_cast<size_t>(size) <
+                         sizeof(typename std::remove_reference_t<decltype(get()->header)>)) {
       throw RegionError("shared-memory region " + name + " exists with " + std::to_string(size) +
-                        " bytes, too small for a Quanta header: remove it (rm /dev/shm" + name + ")");
+                        " bytes, too small for a Quanta header: remove it (rm /dev/shm" + name +
+                        ")");
     }
     mapping_ = bip::mapped_region(shm_, bip::read_write, 0, static_cast<size_t>(size));
   } catch (const bip::interprocess_exception& e) {
@@ -69,17 +73,20 @@ Region<T>::Region(const std::string& name, uint32_t magic) : name_(name) {
   auto& header = get()->header;
   if (reopened_) {
     if (header.magic != magic) {
-      throw RegionError("shared-memory region " + name + " is not a Quanta region of this kind (magic " +
+      throw RegionError("shared-memory region " + name +
+                        " is not a Quanta region of this kind (magic " +
                         std::to_string(header.magic) + "): remove it or use another [node] scope");
     }
     if (header.version != common::kLayoutVersion) {
-      throw RegionError("shared-memory region " + name + " has layout version " + std::to_string(header.version) +
-                        " but this arbiter speaks version " + std::to_string(common::kLayoutVersion) +
-                        ": stop the tenants that map it and remove it, or run the matching arbiter");
+      throw RegionError(
+          "shared-memory region " + name + " has layout version " + std::to_string(header.version) +
+          " but this arbiter speaks version " + std::to_string(common::kLayoutVersion) +
+          ": stop the tenants that map it and remove it, or run the matching arbiter");
     }
     if (header.size != sizeof(T) || mapping_.get_size() < sizeof(T)) {
-      throw RegionError("shared-memory region " + name + " has size " + std::to_string(header.size) +
-                        " but layout version " + std::to_string(common::kLayoutVersion) + " needs " +
+      throw RegionError("shared-memory region " + name + " has size " +
+                        std::to_string(header.size) + " but layout version " +
+                        std::to_string(common::kLayoutVersion) + " needs " +
                         std::to_string(sizeof(T)) + ": remove it");
     }
     return;

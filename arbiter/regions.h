@@ -5,7 +5,6 @@
 
 #include <boost/interprocess/mapped_region.hpp>
 #include <boost/interprocess/shared_memory_object.hpp>
-
 #include <cstdint>
 #include <stdexcept>
 #include <string>

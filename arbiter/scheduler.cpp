@@ -12,7 +12,9 @@ namespace {
 
 constexpr size_t kWaitSamples = 256;
 
-uint64_t sat_sub(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+uint64_t sat_sub(uint64_t a, uint64_t b) {
+  return a > b ? a - b : 0;
+}
 
 uint64_t overlap(uint64_t start, uint64_t end, uint64_t from, uint64_t to) {
   uint64_t s = std::max(start, from);
@@ -120,7 +122,8 @@ void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
   }
 }
 
-void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now) {
+void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,
+                             uint64_t now) {
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   // A launch "in the future" is garbage or clock skew: read it as "just now" (busy).
@@ -214,7 +217,8 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
               revoke = true;
             } else {
               // The hints move without events: look again after another idle period.
-              arm(h.inflight_ns == 0 ? last + options_.idle_release_ns : now + options_.idle_release_ns);
+              arm(h.inflight_ns == 0 ? last + options_.idle_release_ns
+                                     : now + options_.idle_release_ns);
             }
           }
           if (!revoke && *best_waiting < hp.policy.priority) {
@@ -312,7 +316,9 @@ uint32_t Scheduler::waiting_count() const {
 std::vector<TenantReport> Scheduler::report(uint64_t now) const {
   const uint64_t window = options_.stats_window_ns;
   const uint64_t from = sat_sub(now, window);
-  auto recently_active = [&](const Tenant& t) { return is_active(t) || t.last_active_ns + window >= now; };
+  auto recently_active = [&](const Tenant& t) {
+    return is_active(t) || t.last_active_ns + window >= now;
+  };
 
   // Target shares: weights of the pods that used or wanted the GPU recently, within the
   // best priority class present, capped by max-share.
@@ -342,7 +348,8 @@ std::vector<TenantReport> Scheduler::report(uint64_t now) const {
     r.pass_overs = t.pass_overs;
     if (recently_active(t) && weight_sum != 0 && p.policy.priority == *best) {
       double pod_share = static_cast<double>(weight_of(p)) / static_cast<double>(weight_sum);
-      pod_share = std::min(pod_share, p.policy.max_share_ppm / static_cast<double>(common::kShareScale));
+      pod_share =
+          std::min(pod_share, p.policy.max_share_ppm / static_cast<double>(common::kShareScale));
       r.target_share = pod_share / active_procs[t.pod];
     }
     uint64_t held = 0;
@@ -363,11 +370,16 @@ std::vector<TenantReport> Scheduler::report(uint64_t now) const {
   return out;
 }
 
-Scheduler::Pod& Scheduler::pod_of(const Tenant& t) { return pods_.at(t.pod); }
-const Scheduler::Pod& Scheduler::pod_of(const Tenant& t) const { return pods_.at(t.pod); }
+Scheduler::Pod& Scheduler::pod_of(const Tenant& t) {
+  return pods_.at(t.pod);
+}
+const Scheduler::Pod& Scheduler::pod_of(const Tenant& t) const {
+  return pods_.at(t.pod);
+}
 
 bool Scheduler::is_active(const Tenant& t) const {
-  return t.state == TenantState::kWaiting || t.state == TenantState::kHolding || t.state == TenantState::kRevoking;
+  return t.state == TenantState::kWaiting || t.state == TenantState::kHolding ||
+         t.state == TenantState::kRevoking;
 }
 
 void Scheduler::refresh_pod_activity(PodId id, uint64_t now) {
@@ -402,7 +414,9 @@ uint64_t Scheduler::pod_vtime_now(PodId id, const Pod& pod, uint64_t now) const 
   return v;
 }
 
-uint64_t Scheduler::weight_of(const Pod& pod) const { return std::max<uint64_t>(pod.policy.weight, 1); }
+uint64_t Scheduler::weight_of(const Pod& pod) const {
+  return std::max<uint64_t>(pod.policy.weight, 1);
+}
 
 uint64_t Scheduler::budget_ns(const Pod& pod) const {
   return options_.share_window_ns * pod.policy.max_share_ppm / common::kShareScale;
@@ -414,7 +428,8 @@ uint64_t Scheduler::used_in_window(const Pod& pod, uint64_t now) const {
   for (const Interval& iv : pod.usage) used += overlap(iv.start, iv.end, from, now);
   if (holder_) {
     const Tenant& h = tenants_.at(*holder_);
-    if (&pods_.at(h.pod) == &pod && (h.state == TenantState::kHolding || h.state == TenantState::kRevoking)) {
+    if (&pods_.at(h.pod) == &pod &&
+        (h.state == TenantState::kHolding || h.state == TenantState::kRevoking)) {
       used += overlap(pod.open_since, now, from, now);
     }
   }
@@ -459,7 +474,8 @@ std::optional<SlotId> Scheduler::pick(uint64_t now) const {
   for (const auto& [s, t] : tenants_) {
     if (!eligible(t, now)) continue;
     const Pod& p = pod_of(t);
-    auto key = std::make_tuple(p.policy.priority, pod_vtime_now(t.pod, p, now), t.vtime, t.wait_since_ns, s);
+    auto key = std::make_tuple(p.policy.priority, pod_vtime_now(t.pod, p, now), t.vtime,
+                               t.wait_since_ns, s);
     if (!best || key < best_key) {
       best = s;
       best_key = key;

@@ -20,11 +20,11 @@ using PodId = uint32_t;
 
 struct SchedulerOptions {
   uint64_t quantum_ns = 20'000'000;
-  uint64_t quantum_min_ns = 1'000'000;   // bounds quanta; minimum hold before preemption
+  uint64_t quantum_min_ns = 1'000'000;  // bounds quanta; minimum hold before preemption
   uint64_t quantum_max_ns = 100'000'000;
   uint64_t revoke_timeout_ns = 500'000'000;
   uint64_t idle_release_ns = 2'000'000;
-  uint64_t lag_ns = 0;                   // idle credit a waking pod keeps; 0 = one quantum
+  uint64_t lag_ns = 0;                       // idle credit a waking pod keeps; 0 = one quantum
   uint64_t share_window_ns = 1'000'000'000;  // max-share ceiling window
   uint64_t stats_window_ns = 5'000'000'000;  // achieved-share window for status
 };

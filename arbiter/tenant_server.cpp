@@ -2,11 +2,10 @@
 // allows unregistered processes), Welcome with the pod region and a doorbell, Attach with
 // a slot and the GPU's read-only control region. Any malformed packet drops only that
 // connection, with a log line.
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <cerrno>
 #include <cstring>
@@ -34,7 +33,9 @@ void copy_text(char* dst, size_t cap, const std::string& text) {
   dst[cap - 1] = '\0';
 }
 
-bool nul_terminated(const char* s, size_t cap) { return std::memchr(s, '\0', cap) != nullptr; }
+bool nul_terminated(const char* s, size_t cap) {
+  return std::memchr(s, '\0', cap) != nullptr;
+}
 
 // A process needs one connection (a second Hello replaces the first); a few more cover
 // a reconnect racing the old one's close.
@@ -57,8 +58,8 @@ void Arbiter::on_tenant_accept() {
     size_t same_pid = 0;
     for (const auto& [other_fd, c] : connections_) same_pid += c.pid == cred.pid ? 1 : 0;
     if (same_pid >= kMaxConnectionsPerPid || connections_.size() >= kMaxConnections) {
-      spdlog::warn("refusing a tenant connection of pid {}: {} open from it, {} in all", cred.pid, same_pid,
-                   connections_.size());
+      spdlog::warn("refusing a tenant connection of pid {}: {} open from it, {} in all", cred.pid,
+                   same_pid, connections_.size());
       ::close(fd);
       continue;
     }
@@ -112,22 +113,26 @@ void Arbiter::on_tenant_message(int fd) {
   Connection& conn = it->second;
   if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return close_connection(fd, "oversized packet");
   if (static_cast<size_t>(n) < sizeof(common::MessageHeader)) {
-    return close_connection(fd, "packet of " + std::to_string(n) + " bytes is shorter than a message header");
+    return close_connection(
+        fd, "packet of " + std::to_string(n) + " bytes is shorter than a message header");
   }
   common::MessageHeader header;
   std::memcpy(&header, buf, sizeof(header));
-  if (header.magic != common::kWireMagic) return close_connection(fd, "bad magic (not the Quanta protocol)");
+  if (header.magic != common::kWireMagic)
+    return close_connection(fd, "bad magic (not the Quanta protocol)");
   if (header.version != common::kWireVersion) {
-    return close_connection(fd, "protocol version " + std::to_string(header.version) + ", this arbiter speaks " +
+    return close_connection(fd, "protocol version " + std::to_string(header.version) +
+                                    ", this arbiter speaks " +
                                     std::to_string(common::kWireVersion));
   }
   if (header.size != static_cast<uint32_t>(n)) {
-    return close_connection(fd, "header says " + std::to_string(header.size) + " bytes, packet has " +
-                                    std::to_string(n));
+    return close_connection(fd, "header says " + std::to_string(header.size) +
+                                    " bytes, packet has " + std::to_string(n));
   }
   switch (header.type) {
     case MessageType::kHello: {
-      if (header.size != sizeof(common::HelloMessage)) return close_connection(fd, "Hello of the wrong size");
+      if (header.size != sizeof(common::HelloMessage))
+        return close_connection(fd, "Hello of the wrong size");
       if (conn.welcomed) return close_connection(fd, "second Hello on one connection");
       common::HelloMessage hello;
       std::memcpy(&hello, buf, sizeof(hello));
@@ -137,7 +142,8 @@ void Arbiter::on_tenant_message(int fd) {
       return handle_hello(conn, hello.claimed_pod);
     }
     case MessageType::kAttach: {
-      if (header.size != sizeof(common::AttachMessage)) return close_connection(fd, "Attach of the wrong size");
+      if (header.size != sizeof(common::AttachMessage))
+        return close_connection(fd, "Attach of the wrong size");
       if (!conn.welcomed) return close_connection(fd, "Attach before a Welcome");
       common::AttachMessage attach;
       std::memcpy(&attach, buf, sizeof(attach));
@@ -147,7 +153,8 @@ void Arbiter::on_tenant_message(int fd) {
       return handle_attach(conn, attach.uuid);
     }
     default:
-      return close_connection(fd, "unexpected message type " + std::to_string(static_cast<uint32_t>(header.type)));
+      return close_connection(
+          fd, "unexpected message type " + std::to_string(static_cast<uint32_t>(header.type)));
   }
 }
 
@@ -169,17 +176,21 @@ void Arbiter::handle_hello(Connection& conn, const std::string& claimed_pod) {
     if (const Registration* reg = pods_.match_cgroup(cgroup)) {
       key = reg->pod_key();
     } else if (!config_.allow_unregistered) {
-      return refuse(conn, "pid " + std::to_string(pid) + " (cgroup " + (cgroup.empty() ? "unknown" : cgroup) +
-                              ") is not in a registered container and this node does not admit unregistered "
-                              "processes (allow_unregistered = false): running ungated");
+      return refuse(
+          conn, "pid " + std::to_string(pid) + " (cgroup " + (cgroup.empty() ? "unknown" : cgroup) +
+                    ") is not in a registered container and this node does not admit unregistered "
+                    "processes (allow_unregistered = false): running ungated");
     } else if (claimed_pod.empty()) {
-      return refuse(conn, "pid " + std::to_string(pid) +
-                              " is not in a registered container and names no pod: set QUANTA_POD=<name>");
+      return refuse(
+          conn, "pid " + std::to_string(pid) +
+                    " is not in a registered container and names no pod: set QUANTA_POD=<name>");
     } else {
       key = claimed_pod;
     }
     UniqueFd pidfd = open_pidfd(pid);
-    if (!pidfd) return refuse(conn, "pid " + std::to_string(pid) + " could not be watched (pidfd_open failed)");
+    if (!pidfd)
+      return refuse(conn,
+                    "pid " + std::to_string(pid) + " could not be watched (pidfd_open failed)");
     Pod* pod = nullptr;
     try {
       pod = &pods_.get_or_create(key);
@@ -212,10 +223,12 @@ void Arbiter::handle_hello(Connection& conn, const std::string& claimed_pod) {
     p.proc_index = proc_index;
     watch_process(p);
     proc = &p;
-    spdlog::info("admitted pid {} into pod {} (pod region {}, entry {})", pid, key, pod->index, proc_index);
+    spdlog::info("admitted pid {} into pod {} (pod region {}, entry {})", pid, key, pod->index,
+                 proc_index);
   }
   Pod* pod = pods_.find(proc->pod_index);
-  if (proc->connection >= 0 && proc->connection != conn.sock.get()) close_connection(proc->connection, "");
+  if (proc->connection >= 0 && proc->connection != conn.sock.get())
+    close_connection(proc->connection, "");
   proc->connection = conn.sock.get();
 
   int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -261,8 +274,9 @@ void Arbiter::handle_attach(Connection& conn, const std::string& uuid) {
     }
     if (slot == common::kNoSlot) {
       auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed);
-      copy_text(m.reason, sizeof(m.reason),
-                "GPU " + uuid + " already has " + std::to_string(common::kMaxSlotsPerGpu) + " tenants");
+      copy_text(
+          m.reason, sizeof(m.reason),
+          "GPU " + uuid + " already has " + std::to_string(common::kMaxSlotsPerGpu) + " tenants");
       send_with_fds(conn.sock.get(), &m, sizeof(m), {});
       return;
     }
@@ -272,7 +286,8 @@ void Arbiter::handle_attach(Connection& conn, const std::string& uuid) {
     gpu->sched->add_tenant(slot, pod.index, common::monotonic_ns());
     fill_slot(*gpu, slot, proc, pod);
     gpu->dirty = true;
-    spdlog::info("pid {} of pod {} attached to GPU {} as slot {}", proc.pid, pod.key, gpu->uuid, slot);
+    spdlog::info("pid {} of pod {} attached to GPU {} as slot {}", proc.pid, pod.key, gpu->uuid,
+                 slot);
   }
   auto m = make_message<common::AttachedMessage>(MessageType::kAttached);
   m.gpu_index = gpu->index;
@@ -281,7 +296,8 @@ void Arbiter::handle_attach(Connection& conn, const std::string& uuid) {
   m.fd_attached = send_fd ? 1 : 0;
   if (send_fd) {
     UniqueFd control(gpu->region.open_fd(false));
-    if (!send_with_fds(conn.sock.get(), &m, sizeof(m), {control.get()})) return close_connection(conn.sock.get(), "");
+    if (!send_with_fds(conn.sock.get(), &m, sizeof(m), {control.get()}))
+      return close_connection(conn.sock.get(), "");
     conn.control_sent.insert(gpu->index);
   } else if (!send_with_fds(conn.sock.get(), &m, sizeof(m), {})) {
     close_connection(conn.sock.get(), "");

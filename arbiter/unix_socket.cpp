@@ -17,8 +17,8 @@ sockaddr_un address(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
-    throw std::runtime_error("socket path " + path + " is longer than " + std::to_string(sizeof(addr.sun_path) - 1) +
-                             " bytes");
+    throw std::runtime_error("socket path " + path + " is longer than " +
+                             std::to_string(sizeof(addr.sun_path) - 1) + " bytes");
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
@@ -34,13 +34,15 @@ UniqueFd listen_unix(const std::string& path, int type, unsigned mode) {
   if (std::filesystem::exists(path)) {
     UniqueFd probe(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
     if (probe && connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-      throw std::runtime_error("another process already serves " + path + " (is quanta-arbiter running?)");
+      throw std::runtime_error("another process already serves " + path +
+                               " (is quanta-arbiter running?)");
     }
     ::unlink(path.c_str());
   }
   UniqueFd fd(socket(AF_UNIX, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) throw_errno("socket(" + path + ")");
-  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) throw_errno("bind(" + path + ")");
+  if (bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw_errno("bind(" + path + ")");
   if (chmod(path.c_str(), mode) != 0) throw_errno("chmod(" + path + ")");
   if (listen(fd.get(), 128) != 0) throw_errno("listen(" + path + ")");
   return fd;
@@ -50,7 +52,8 @@ UniqueFd connect_unix(const std::string& path, int type) {
   sockaddr_un addr = address(path);
   UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));
   if (!fd) throw_errno("socket");
-  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) throw_errno("connect(" + path + ")");
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
+    throw_errno("connect(" + path + ")");
   return fd;
 }
 

@@ -1,11 +1,11 @@
 // The node config: every key read, defaults when absent, and bad files refused with
 // file:line:column, the key, the value and what is allowed. The shipped config/quanta.toml
 // must load as is.
+#include "arbiter/config.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "arbiter/config.h"
 
 namespace quanta::arbiter {
 namespace {

@@ -2,6 +2,7 @@
 // temp dir, its own simgpu state), spoken to over the real tenant and admin sockets from
 // this test and from forked tenant processes, as libquanta.so and quantactl would.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -9,8 +10,6 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -109,7 +108,8 @@ common::AttachMessage attach(const std::string& uuid) {
 
 template <typename T>
 T* map_fd(int fd, bool writable) {
-  void* p = mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  void* p =
+      mmap(nullptr, sizeof(T), writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
 }
 
@@ -154,7 +154,8 @@ class Daemon {
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
       std::string name = e.path().filename().string();
-      if (name.rfind(scope_ + ".", 0) == 0 || name == sim_state_) std::filesystem::remove(e.path(), ec);
+      if (name.rfind(scope_ + ".", 0) == 0 || name == sim_state_)
+        std::filesystem::remove(e.path(), ec);
     }
     std::filesystem::remove_all(dir_, ec);
   }
@@ -167,8 +168,8 @@ class Daemon {
       setenv("LD_LIBRARY_PATH", QUANTA_SIM_DIR, 1);
       int null = ::open("/dev/null", O_WRONLY);
       if (getenv("QUANTA_TEST_VERBOSE") == nullptr) dup2(null, 2);
-      execl(QUANTA_ARBITER_BIN, "quanta-arbiter", "--config", (dir_ + "/quanta.toml").c_str(), "--foreground",
-            "--log-level", "debug", static_cast<char*>(nullptr));
+      execl(QUANTA_ARBITER_BIN, "quanta-arbiter", "--config", (dir_ + "/quanta.toml").c_str(),
+            "--foreground", "--log-level", "debug", static_cast<char*>(nullptr));
       _exit(127);
     }
     bool up = wait_for(
@@ -305,7 +306,8 @@ class ChildTenant {
 
  private:
   // The child: a minimal tenant that admits itself and then obeys commands.
-  static void serve(const std::string& socket, const std::string& pod, const std::string& uuid, int in, int out) {
+  static void serve(const std::string& socket, const std::string& pod, const std::string& uuid,
+                    int in, int out) {
     UniqueFd conn;
     int doorbell = -1;
     common::PodRegion* region = nullptr;
@@ -338,7 +340,9 @@ class ChildTenant {
       last.gpu_index = attached.gpu_index;
       at.close_fds();
     };
-    auto channel = [&]() -> common::GateChannel& { return region->procs[last.proc_index].gpus[last.gpu_index]; };
+    auto channel = [&]() -> common::GateChannel& {
+      return region->procs[last.proc_index].gpus[last.gpu_index];
+    };
     auto ring = [&] {
       uint64_t one = 1;
       ssize_t r = ::write(doorbell, &one, sizeof(one));
@@ -373,7 +377,9 @@ class ChildTenant {
   int reply_ = -1;
 };
 
-bool holds(common::ControlRegion* c, uint32_t slot) { return (c->slots[slot].turn.load() & 1u) != 0; }
+bool holds(common::ControlRegion* c, uint32_t slot) {
+  return (c->slots[slot].turn.load() & 1u) != 0;
+}
 
 // ---- tests --------------------------------------------------------------------------
 
@@ -408,8 +414,10 @@ TEST(ArbiterDaemon, AdmitsTenantAndPassesRegionsByDescriptor) {
   EXPECT_EQ(attached.gpu_index, 1u);
   EXPECT_EQ(attached.fd_attached, 1u);
   ASSERT_EQ(a.fds.size(), 1u);
-  EXPECT_EQ(fcntl(a.fds[0], F_GETFL) & O_ACCMODE, O_RDONLY) << "tenants get the control region read-only";
-  EXPECT_EQ(map_fd<common::ControlRegion>(a.fds[0], true), nullptr) << "a writable mapping must fail";
+  EXPECT_EQ(fcntl(a.fds[0], F_GETFL) & O_ACCMODE, O_RDONLY)
+      << "tenants get the control region read-only";
+  EXPECT_EQ(map_fd<common::ControlRegion>(a.fds[0], true), nullptr)
+      << "a writable mapping must fail";
   auto* control = map_fd<common::ControlRegion>(a.fds[0], false);
   ASSERT_NE(control, nullptr);
   EXPECT_EQ(control->header.magic, common::kControlMagic);
@@ -458,7 +466,8 @@ TEST(ArbiterDaemon, RegisteredContainerIsAdmittedByCgroupWithItsPolicy) {
   send_message(conn.get(), hello("ignored-claim"));
   Packet w = receive(conn.get());
   ASSERT_EQ(w.type(), MessageType::kWelcome);
-  EXPECT_STREQ(w.as<common::WelcomeMessage>().pod_key, "prod/web") << "the cgroup decides, not the claim";
+  EXPECT_STREQ(w.as<common::WelcomeMessage>().pod_key, "prod/web")
+      << "the cgroup decides, not the claim";
   send_message(conn.get(), attach(d.uuids()[0]));
   Packet a = receive(conn.get());
   ASSERT_EQ(a.type(), MessageType::kAttached);
@@ -468,7 +477,10 @@ TEST(ArbiterDaemon, RegisteredContainerIsAdmittedByCgroupWithItsPolicy) {
   EXPECT_EQ(t["weight"], 7);
   EXPECT_EQ(t["pod"], "prod/web");
 
-  EXPECT_FALSE(d.admin({{"cmd", "register"}, {"container_id", "c2"}, {"pod_name", "x"}, {"cgroup_path", "/x"},
+  EXPECT_FALSE(d.admin({{"cmd", "register"},
+                        {"container_id", "c2"},
+                        {"pod_name", "x"},
+                        {"cgroup_path", "/x"},
                         {"policy", {{"weight", "0"}}}})["ok"]
                    .get<bool>());
   EXPECT_TRUE(d.admin({{"cmd", "unregister"}, {"container_id", "c1"}})["ok"].get<bool>());
@@ -506,31 +518,37 @@ TEST(ArbiterDaemon, MalformedMessagesDropOnlyThatConnection) {
   {
     auto h = hello("x");
     h.header.magic = 0xdeadbeef;
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h), reinterpret_cast<unsigned char*>(&h) + sizeof(h));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h),
+                         reinterpret_cast<unsigned char*>(&h) + sizeof(h));
   }
   {
     auto h = hello("x");
     h.header.version = 99;
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h), reinterpret_cast<unsigned char*>(&h) + sizeof(h));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h),
+                         reinterpret_cast<unsigned char*>(&h) + sizeof(h));
   }
   {
     auto h = hello("x");
     h.header.size = 12345;
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h), reinterpret_cast<unsigned char*>(&h) + sizeof(h));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h),
+                         reinterpret_cast<unsigned char*>(&h) + sizeof(h));
   }
   {
     auto h = hello("x");
     std::memset(h.claimed_pod, 'A', sizeof(h.claimed_pod));  // no NUL
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h), reinterpret_cast<unsigned char*>(&h) + sizeof(h));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h),
+                         reinterpret_cast<unsigned char*>(&h) + sizeof(h));
   }
   {
     auto h = hello("x");
     h.header.type = static_cast<MessageType>(77);
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h), reinterpret_cast<unsigned char*>(&h) + sizeof(h));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&h),
+                         reinterpret_cast<unsigned char*>(&h) + sizeof(h));
   }
   {
     auto a = attach(uuids[0]);  // attach before hello
-    garbage.emplace_back(reinterpret_cast<unsigned char*>(&a), reinterpret_cast<unsigned char*>(&a) + sizeof(a));
+    garbage.emplace_back(reinterpret_cast<unsigned char*>(&a),
+                         reinterpret_cast<unsigned char*>(&a) + sizeof(a));
   }
   garbage.push_back(std::vector<unsigned char>(1500, 0xff));  // bigger than any message
   for (size_t i = 0; i < garbage.size(); ++i) {
@@ -563,7 +581,8 @@ TEST(ArbiterDaemon, KilledHolderLosesGrantWithin50msAndItsMemoryReturns) {
   ASSERT_NE(pod, nullptr);
   holder.command('M', 64 << 20);
   holder.command('W');
-  ASSERT_TRUE(wait_for([&] { return holds(control, h.slot); }, 2000)) << "the lone waiter was not granted";
+  ASSERT_TRUE(wait_for([&] { return holds(control, h.slot); }, 2000))
+      << "the lone waiter was not granted";
   other.command('W');
   EXPECT_EQ(pod->memory_used[0].load(), 64u << 20);
 
@@ -594,7 +613,8 @@ TEST(ArbiterDaemon, StoppedHolderIsPassedOverAfterTimeoutAndReported) {
   kill(stuck.pid, SIGSTOP);
   uint64_t asked = common::monotonic_ns();
   other.command('W');
-  ASSERT_TRUE(wait_for([&] { return holds(control, o.slot); }, 3000)) << "the stopped holder was never passed over";
+  ASSERT_TRUE(wait_for([&] { return holds(control, o.slot); }, 3000))
+      << "the stopped holder was never passed over";
   uint64_t took = common::monotonic_ns() - asked;
   EXPECT_GE(took, 150 * kNsPerMs) << "passed over before revoke_timeout";
   EXPECT_FALSE(holds(control, s.slot)) << "the stopped holder's turn must stay revoked";
@@ -702,7 +722,8 @@ TEST(ArbiterDaemon, TenantTruncatingItsPodRegionCannotCrashTheArbiter) {
   ASSERT_EQ(ftruncate(fd, 0), 0);
   ::close(fd);
   other.command('W');
-  EXPECT_TRUE(wait_for([&] { return holds(control, o.slot); }, 3000)) << "the other pod never got the GPU";
+  EXPECT_TRUE(wait_for([&] { return holds(control, o.slot); }, 3000))
+      << "the other pod never got the GPU";
   EXPECT_TRUE(d.alive()) << "the arbiter died of a truncated pod region";
   EXPECT_TRUE(d.admin({{"cmd", "status"}})["ok"].get<bool>());
 }
@@ -717,7 +738,8 @@ TEST(ArbiterDaemon, HeartbeatFollowsTheLease) {
   ASSERT_TRUE(wait_for([&] { return control->header.heartbeat_ns.load() != first; }, 1000));
   EXPECT_LT(common::monotonic_ns() - control->header.heartbeat_ns.load(), 60 * kNsPerMs);
   d.stop(SIGTERM);
-  EXPECT_EQ(control->header.heartbeat_ns.load(), 0u) << "a clean stop must let tenants lapse at once";
+  EXPECT_EQ(control->header.heartbeat_ns.load(), 0u)
+      << "a clean stop must let tenants lapse at once";
 }
 
 TEST(ArbiterDaemon, SetChangesPolicyOfRunningPodLive) {
@@ -727,14 +749,17 @@ TEST(ArbiterDaemon, SetChangesPolicyOfRunningPodLive) {
   ChildTenant t(d, "pod-live", uuid);
   ChildReport r = t.command('H');
   ASSERT_EQ(r.type, static_cast<uint32_t>(MessageType::kAttached)) << r.reason;
-  json ok = d.admin({{"cmd", "set"}, {"pod", "pod-live"}, {"values", {{"weight", "9"}, {"memory-limit", "2Gi"}}}});
+  json ok = d.admin({{"cmd", "set"},
+                     {"pod", "pod-live"},
+                     {"values", {{"weight", "9"}, {"memory-limit", "2Gi"}}}});
   ASSERT_TRUE(ok["ok"].get<bool>()) << ok.dump();
   auto* control = d.control(0);
   EXPECT_EQ(control->slots[r.slot].memory_cap.load(), 2ull << 30);
   EXPECT_EQ(d.tenant_status(t.pid)["weight"], 9);
   json bad = d.admin({{"cmd", "set"}, {"pod", "pod-live"}, {"values", {{"priority", "urgent"}}}});
   EXPECT_FALSE(bad["ok"].get<bool>());
-  EXPECT_NE(bad["error"].get<std::string>().find("interactive, batch or best-effort"), std::string::npos);
+  EXPECT_NE(bad["error"].get<std::string>().find("interactive, batch or best-effort"),
+            std::string::npos);
   EXPECT_FALSE(d.admin({{"cmd", "frobnicate"}})["ok"].get<bool>());
 }
 
@@ -796,7 +821,8 @@ TEST(ArbiterDaemon, QuantactlPrintsStatusAndSetsPolicy) {
   json parsed = json::parse(as_json.out);
   EXPECT_EQ(parsed["gpus"][0]["tenants"][0]["pod"], "pod-shown");
 
-  Ran set = run({ctl, "--admin-socket", d.admin_socket(), "set", "pod-shown", "weight=5", "priority=interactive"});
+  Ran set = run({ctl, "--admin-socket", d.admin_socket(), "set", "pod-shown", "weight=5",
+                 "priority=interactive"});
   EXPECT_EQ(set.status, 0) << set.err;
   EXPECT_EQ(d.tenant_status(t.pid)["priority"], "interactive");
 
@@ -818,8 +844,8 @@ TEST(ArbiterDaemon, RefusesToStartWithBadConfigNamingTheKey) {
   pid_t pid = fork();
   if (pid == 0) {
     dup2(err[1], 2);
-    execl(QUANTA_ARBITER_BIN, "quanta-arbiter", "--config", (d.dir() + "/quanta.toml").c_str(), "--foreground",
-          static_cast<char*>(nullptr));
+    execl(QUANTA_ARBITER_BIN, "quanta-arbiter", "--config", (d.dir() + "/quanta.toml").c_str(),
+          "--foreground", static_cast<char*>(nullptr));
     _exit(127);
   }
   ::close(err[1]);

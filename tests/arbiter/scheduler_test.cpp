@@ -1,11 +1,12 @@
 // The scheduler's policy, driven event by event with a fake clock: weighted shares,
 // lone tenants, idle and stopped holders, overrun charging, lag bound, priorities and
 // max-share ceilings.
+#include "arbiter/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <map>
 
-#include "arbiter/scheduler.h"
 #include "common/clock.h"
 
 namespace quanta::arbiter {
@@ -150,7 +151,8 @@ TEST(Scheduler, IdleHolderIsRevokedEarlyWhenOthersWait) {
   sim.step();
   sim.step();
   EXPECT_EQ(sim.sched.holder(), 2u);
-  EXPECT_LE(sim.now, last_launch + 2 * kNsPerMs + 100 * common::kNsPerUs) << "revoke waited for the quantum";
+  EXPECT_LE(sim.now, last_launch + 2 * kNsPerMs + 100 * common::kNsPerUs)
+      << "revoke waited for the quantum";
 }
 
 TEST(Scheduler, OverrunIsChargedToTheHolder) {
@@ -344,7 +346,8 @@ TEST(Scheduler, LiveWeightChangeAppliesAtNextDecision) {
   sim.sched.set_pod_policy(2, weight(3));
   uint64_t h1 = sim.held_ns(1), h2 = sim.held_ns(2);
   sim.run_until(sim.now + 4 * kNsPerSec);
-  double d1 = static_cast<double>(sim.held_ns(1) - h1), d2 = static_cast<double>(sim.held_ns(2) - h2);
+  double d1 = static_cast<double>(sim.held_ns(1) - h1),
+         d2 = static_cast<double>(sim.held_ns(2) - h2);
   EXPECT_NEAR(d2 / (d1 + d2), 0.75, 0.03);
 }
 
@@ -410,7 +413,8 @@ TEST(Scheduler, InflightLimitShrinksWhileAnInteractiveTenantIsActive) {
   sim.want(2, false);
   sim.now += 2 * kNsPerSec;
   sim.step();
-  EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 20 * kNsPerMs) << "long-idle interactive tenant still limits";
+  EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 20 * kNsPerMs)
+      << "long-idle interactive tenant still limits";
 }
 
 }  // namespace
