@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "harness.h"
@@ -417,6 +418,51 @@ TEST(Core, ProcessWithoutCudaPaysNothing) {
   EXPECT_EQ(report.value("sockets", -1), 0) << "the shim opened a socket in a process that never called CUDA";
   EXPECT_EQ(report.value("shim_loaded", false), true) << "the probe ran without the shim preloaded";
   EXPECT_EQ(probe.err(), "") << "the shim logged in a process that never called CUDA";
+}
+
+TEST(Core, ThreadsRacingTheFirstConnectionAreAllCapped) {
+  World world(test_name(), ArbiterConfig{.pods = {{"threads", 1, "160Mi"}}});
+  world.start_arbiter();
+  // No context overhead: the threads' allocations are the process's first ledger calls, so
+  // they race the shim's first connection. Cap: exactly 10 of the 32 allocations of 16 MiB.
+  Env env = world.tenant_env("threads", true);
+  env["QUANTA_CONTEXT_OVERHEAD"] = "0";
+  Child probe = world.spawn({QUANTA_LINK_PROBE, "threads"}, env);
+  ASSERT_EQ(probe.wait(20), 0) << probe.err();
+  const nlohmann::json report = probe.json();
+  ASSERT_TRUE(report.is_object()) << probe.out();
+  EXPECT_EQ(report.value("successes", -1), 10) << "threads that raced the first connection went uncapped: " << report.dump();
+  EXPECT_EQ(report.value("oom", -1), 22) << report.dump();
+  EXPECT_EQ(report.value("errors", -1), 0) << report.dump();
+}
+
+TEST(Core, ForkedChildLinksAsANewProcess) {
+  World world(test_name(), ArbiterConfig{.pods = {{"forks", 1, ""}}});
+  world.start_arbiter();
+  Child probe = world.spawn({QUANTA_LINK_PROBE, "fork"}, world.tenant_env("forks", true));
+  ASSERT_EQ(probe.wait(20), 0) << probe.err();
+  nlohmann::json child, parent;
+  std::istringstream lines(probe.out());
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json object = nlohmann::json::parse(line, nullptr, false);
+    if (object.is_object() && object.value("role", "") == "child") child = object;
+    if (object.is_object() && object.value("role", "") == "parent") parent = object;
+  }
+  ASSERT_TRUE(child.is_object() && parent.is_object()) << probe.out() << probe.err();
+  // The parent is linked: its link thread and its connection.
+  EXPECT_EQ(parent.value("alloc", -1), 0);
+  EXPECT_EQ(parent.value("threads", -1), 2) << parent.dump();
+  EXPECT_EQ(parent.value("sockets", -1), 1) << parent.dump();
+  // The child starts with no link (not the parent's connection, no thread) ...
+  EXPECT_EQ(child.value("threads_after_fork", -1), 1) << child.dump();
+  EXPECT_EQ(child.value("sockets_after_fork", -1), 0) << "the child kept the parent's arbiter connection";
+  // ... and links as a process of its own at its first CUDA call.
+  EXPECT_EQ(child.value("alloc", -1), 0) << child.dump();
+  EXPECT_EQ(child.value("threads", -1), 2) << child.dump();
+  EXPECT_EQ(child.value("sockets", -1), 1) << child.dump();
+  // The parent's link is undisturbed by the child's life and exit.
+  EXPECT_EQ(parent.value("child_exit", -1), 0);
+  EXPECT_EQ(parent.value("alloc_after_child", -1), 0) << parent.dump();
 }
 
 TEST(Core, UnregisteredProcessIsRefusedAndRunsUngated) {
