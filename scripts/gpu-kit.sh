@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 kit=$root/gpu-kit
 rm -rf "$kit"
 mkdir -p "$kit/bin" "$kit/lib" "$kit/sim"
-for b in quanta-arbiter quantactl quanta-tenant quanta-bench quanta-bench-report quanta-trace bench-launch-loop; do
+for b in quanta-arbiter quantactl quanta-tenant quanta-bench quanta-bench-report quanta-bench-launch-loop quanta-trace; do
   [[ -x $build/bin/$b ]] && cp "$build/bin/$b" "$kit/bin/"
 done
 cp "$build/lib/libquanta.so" "$kit/lib/"
