@@ -143,8 +143,12 @@ common::Policy NodeConfig::policy_for(const std::string& pod) const {
   return it == pods.end() ? defaults : it->second;
 }
 
-std::string apply_policy_value(common::Policy* policy, const std::string& key,
+std::string apply_policy_value(common::Policy* policy, const std::string& annotated_key,
                                const std::string& value) {
+  // quanta-hook may pass annotation names as they are ("quanta.dev/weight").
+  constexpr std::string_view kAnnotationPrefix = "quanta.dev/";
+  std::string key = annotated_key;
+  if (key.rfind(kAnnotationPrefix, 0) == 0) key = key.substr(kAnnotationPrefix.size());
   common::ParseError err;
   bool ok = false;
   if (key == "weight") {

@@ -49,7 +49,8 @@ NodeConfig load_config(const std::string& path);
 NodeConfig parse_config(const std::string& text, const std::string& source_name);
 
 // Applies one policy key ("weight", "priority", "max_share"/"max-share",
-// "memory_limit"/"memory-limit", "quantum") given as text. Returns "" or an error line.
+// "memory_limit"/"memory-limit", "quantum"; also with the annotation prefix "quanta.dev/")
+// given as text. Returns "" or an error line.
 std::string apply_policy_value(common::Policy* policy, const std::string& key,
                                const std::string& value);
 

@@ -188,6 +188,8 @@ TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
   EXPECT_EQ(p.memory_limit, 2ull << 30);
   EXPECT_EQ(apply_policy_value(&p, "memory-limit", "none"), "");
   EXPECT_EQ(p.memory_limit, 0u);
+  EXPECT_EQ(apply_policy_value(&p, "quanta.dev/priority", "interactive"), "");
+  EXPECT_EQ(p.priority, common::Priority::kInteractive);
   EXPECT_NE(apply_policy_value(&p, "colour", "red").find("allowed keys"), std::string::npos);
 }
 
