@@ -5,6 +5,7 @@
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -150,25 +151,27 @@ nlohmann::json build_timeline(std::vector<quanta_handoff_event> events, uint64_t
           {"otherData", {{"source", "quanta-trace handoff"}, {"events_lost", lost}}}};
 }
 
+// Checks that `path` is an ELF file and returns its absolute path.
+std::string checked_binary(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw TraceError("binary '" + path + "' does not exist or is not a regular file");
+  }
+  const std::string binary = std::filesystem::absolute(path, ec).string();
+  char magic[4] = {};
+  std::ifstream file(binary, std::ios::binary);
+  if (!file.read(magic, sizeof magic) || std::memcmp(magic, "\x7f" "ELF", 4) != 0) {
+    throw TraceError("binary '" + binary + "' is not an ELF executable or shared library");
+  }
+  return binary;
+}
+
 }  // namespace
 
 int run_handoff(const HandoffOptions& options) {
-  std::error_code ec;
-  if (options.binary.empty()) throw TraceError("handoff needs --binary PATH");
-  if (!std::filesystem::is_regular_file(options.binary, ec)) {
-    throw TraceError("binary '" + options.binary + "' does not exist or is not a regular file");
-  }
-  const std::string binary = std::filesystem::absolute(options.binary, ec).string();
-  {
-    char magic[4] = {};
-    std::ifstream file(binary, std::ios::binary);
-    if (!file.read(magic, sizeof magic) || std::memcmp(magic,
-                                                       "\x7f"
-                                                       "ELF",
-                                                       4) != 0) {
-      throw TraceError("binary '" + binary + "' is not an ELF executable or shared library");
-    }
-  }
+  if (options.binaries.empty()) throw TraceError("handoff needs --binary PATH");
+  std::vector<std::string> binaries;
+  for (const std::string& path : options.binaries) binaries.push_back(checked_binary(path));
   require_processes(options.pids);
 
   std::unique_ptr<handoff_bpf, SkeletonDeleter> skel(handoff_bpf__open());
@@ -188,24 +191,37 @@ int run_handoff(const HandoffOptions& options) {
   std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
   std::vector<pid_t> targets = options.pids;
   if (targets.empty()) targets.push_back(-1);  // every process that maps the binary
+  bool grant_found = false;
   for (int probe = 0; probe < QUANTA_PROBE_COUNT; ++probe) {
-    for (pid_t pid : targets) {
-      bpf_link* link = bpf_program__attach_usdt(programs[probe], pid, binary.c_str(), "quanta",
-                                                kProbeNames[probe], nullptr);
-      if (!link) {
-        const int err = errno;
-        if (err == ENOENT) {
-          throw TraceError("binary '" + binary +
-                           "' has no USDT probe quanta:" + kProbeNames[probe] +
-                           " (name the executable or library built with Quanta's probes)");
+    bool found = false;
+    for (const std::string& binary : binaries) {
+      for (pid_t pid : targets) {
+        bpf_link* link = bpf_program__attach_usdt(programs[probe], pid, binary.c_str(), "quanta",
+                                                  kProbeNames[probe], nullptr);
+        if (!link) {
+          const int err = errno;
+          if (err == ENOENT) break;  // not in this binary; maybe in another
+          throw TraceError("cannot attach USDT probe quanta:" + std::string(kProbeNames[probe]) +
+                           " in '" + binary + "'" +
+                           (pid > 0 ? " for pid " + std::to_string(pid) : std::string()) + ": " +
+                           errno_text(err));
         }
-        throw TraceError("cannot attach USDT probe quanta:" + std::string(kProbeNames[probe]) +
-                         " in '" + binary + "'" +
-                         (pid > 0 ? " for pid " + std::to_string(pid) : std::string()) + ": " +
-                         errno_text(err));
+        links.emplace_back(link);
+        found = true;
       }
-      links.emplace_back(link);
     }
+    if (probe == QUANTA_PROBE_GRANT) {
+      grant_found = found;
+    } else if (!found) {
+      throw TraceError("binary '" + binaries.front() + "'" +
+                       (binaries.size() > 1 ? " (nor any other --binary)" : "") +
+                       " has no USDT probe quanta:" + kProbeNames[probe] +
+                       " (name the executable or library built with Quanta's probes)");
+    }
+  }
+  if (!grant_found) {
+    spdlog::info("no quanta:grant probe in the binaries given: holds are not shown (add "
+                 "--binary quanta-arbiter)");
   }
 
   std::vector<quanta_handoff_event> events;
@@ -215,7 +231,7 @@ int run_handoff(const HandoffOptions& options) {
     if (!rb) throw TraceError("cannot open the event ring buffer: " + errno_text(errno));
   }
 
-  spdlog::info("Tracing quanta:* probes in {} for {} s (Ctrl-C to end)", binary,
+  spdlog::info("Tracing quanta:* probes in {} for {} s (Ctrl-C to end)", fmt::join(binaries, ", "),
                options.duration_s);
   const double elapsed = run_session(
       std::chrono::duration<double>(options.duration_s), options.pids, [&rb](int timeout_ms) {
@@ -257,7 +273,8 @@ int run_handoff(const HandoffOptions& options) {
                          {"gate_wait", h.gate_wait.to_json()}});
     }
     nlohmann::json report = {{"tool", "handoff"},
-                             {"binary", binary},
+                             {"binary", binaries.front()},
+                             {"binaries", binaries},
                              {"duration_s", elapsed},
                              {"probes", probes},
                              {"handoff_latency", all_handoff.to_json()},

@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
   auto* handoff_cmd = app.add_subcommand(
       "handoff", "GPU handoff latency and gate wait from the quanta:* USDT probes of a binary");
   handoff_cmd
-      ->add_option("-b,--binary", handoff.binary,
-                   "Executable or library that holds the quanta:* probes")
+      ->add_option("-b,--binary", handoff.binaries,
+                   "Executable or library holding quanta:* probes (repeat: libquanta.so for gate "
+                   "and release probes, quanta-arbiter for grants)")
       ->required();
   handoff_cmd->add_option("-p,--pid", handoff.pids,
                           "Trace only these processes (default: all that map the binary)");

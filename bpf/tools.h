@@ -17,8 +17,11 @@ struct OffcpuOptions {
 };
 
 struct HandoffOptions {
-  std::string binary;       // executable or library that holds the quanta:* USDT probes
-  std::vector<pid_t> pids;  // empty: every process that maps `binary`
+  // Executables or libraries holding the quanta:* USDT probes: libquanta.so emits the
+  // gate and release probes, quanta-arbiter the grant probe. Each probe attaches in every
+  // binary that has it; the gate and release probes must exist in at least one.
+  std::vector<std::string> binaries;
+  std::vector<pid_t> pids;  // empty: every process that maps the binaries
   double duration_s = 5.0;
   bool json = false;
   std::string timeline_file;    // Chrome/Perfetto trace JSON; empty: none
