@@ -48,6 +48,9 @@ using common::PodRegion;
 
 constexpr uint64_t kGateWaitSliceNs = 100 * kNsPerMs;    // a blocked launcher re-checks the lease this often
 constexpr uint64_t kLinkWaitSliceNs = 50 * kNsPerMs;     // the link thread's loop period at most
+constexpr uint64_t kBusyGapNs = 10 * kNsPerMs;           // launch gaps longer than this are idleness
+constexpr uint32_t kBusyRunLaunches = 4;                 // short gaps in a row before the estimate counts
+constexpr uint64_t kInflightClearSlackNs = 200 * 1000;   // lateness allowed before clearing the estimate
 constexpr uint64_t kReconnectEveryNs = 100 * kNsPerMs;   // after the arbiter went away
 constexpr uint64_t kRefusedRetryNs = 1000 * kNsPerMs;    // after a reconnect was refused
 constexpr uint64_t kDefaultLeaseNs = 1000 * kNsPerMs;    // when a region leaves lease_ns at 0
@@ -122,6 +125,10 @@ struct Binding {
   std::atomic<uint32_t> launchers_inside{0};  // this process's launchers past the gate
   std::atomic<uint32_t> lapsed{0};            // the arbiter's heartbeat went stale
   std::atomic<uint32_t> lapse_logged{0};
+  // Moving average of the gaps between this process's launches while it is busy: the
+  // basis of the queued-work estimate published in GateChannel::inflight_ns.
+  std::atomic<uint64_t> gap_average_ns{0};
+  std::atomic<uint32_t> busy_run{0};  // consecutive launches at most kBusyGapNs apart
   char uuid[common::kUuidLen] = {};
   // Link thread only:
   uint32_t handled_turn = 0;
@@ -504,6 +511,8 @@ void reset_in_child() {
     binding.launchers_inside.store(0);
     binding.lapsed.store(0);
     binding.lapse_logged.store(0);
+    binding.gap_average_ns.store(0);
+    binding.busy_run.store(0);
     binding.handled_valid = false;
   }
   for (ContextEntry& entry : g_contexts) {
@@ -541,6 +550,20 @@ void drain(Binding* binding) {
     }
     entry.state.store(kCtxLive, std::memory_order_release);
   }
+}
+
+// Link thread: clears the estimate once the process stopped launching for that long, so an
+// idle holder is released. Returns how soon it wants to look again (0: nothing pending).
+uint64_t expire_inflight(const Route* route, uint64_t now) {
+  GateChannel* channel = route->channel;
+  const uint64_t estimate = channel->inflight_ns.load(std::memory_order_relaxed);
+  if (estimate == 0) return 0;
+  const uint64_t expires = channel->last_launch_ns.load(std::memory_order_relaxed) + estimate + kInflightClearSlackNs;
+  if (now >= expires) {
+    channel->inflight_ns.store(0, std::memory_order_relaxed);
+    return 0;
+  }
+  return expires - now;
 }
 
 // A revoke: wait until no launcher of this process is inside the gate (later ones see the
@@ -658,12 +681,12 @@ constexpr uint32_t kFutex32 = 2;
 constexpr uint32_t kFutexPrivate = 128;
 
 // Sleeps until a watched turn word changes, the kick word changes, or the slice ends.
-void wait_for_change(WaitEntry* entries, int count, bool* waitv_missing) {
+void wait_for_change(WaitEntry* entries, int count, uint64_t timeout_ns, bool* waitv_missing) {
   if (!*waitv_missing) {
     timespec deadline;
     clock_gettime(CLOCK_MONOTONIC, &deadline);
     const uint64_t end = static_cast<uint64_t>(deadline.tv_sec) * kNsPerSec + static_cast<uint64_t>(deadline.tv_nsec) +
-                         kLinkWaitSliceNs;
+                         timeout_ns;
     deadline.tv_sec = static_cast<time_t>(end / kNsPerSec);
     deadline.tv_nsec = static_cast<long>(end % kNsPerSec);
     const long rc = syscall(SYS_futex_waitv, entries, count, 0, &deadline, CLOCK_MONOTONIC);
@@ -701,12 +724,24 @@ void* link_thread_main(void*) {
       entries[count++] = WaitEntry{route->slot->turn.load(std::memory_order_acquire),
                                    reinterpret_cast<uint64_t>(&route->slot->turn), kFutex32, 0};
     }
-    wait_for_change(entries, count, &waitv_missing);
-
-    const uint64_t now = monotonic_ns();
+    // While this process holds a GPU others wait for, look again when its queued-work
+    // estimate would expire, so an idle holder is released promptly.
+    uint64_t timeout = kLinkWaitSliceNs;
+    uint64_t now = monotonic_ns();
     for (Binding& binding : g_bindings) {
       const Route* route = binding.route.load(std::memory_order_acquire);
-      if (route) check_lease(&binding, route, now);
+      if (!route) continue;
+      const uint64_t again = expire_inflight(route, now);
+      if (again != 0 && again < timeout) timeout = again;
+    }
+    wait_for_change(entries, count, timeout, &waitv_missing);
+
+    now = monotonic_ns();
+    for (Binding& binding : g_bindings) {
+      const Route* route = binding.route.load(std::memory_order_acquire);
+      if (!route) continue;
+      check_lease(&binding, route, now);
+      expire_inflight(route, now);
     }
     check_socket();
     if (!g_process.connected.load(std::memory_order_acquire) && now >= next_reconnect) {
@@ -899,10 +934,35 @@ Binding* binding_for_context(CUcontext context) {
   return binding;
 }
 
-void note_launch(const Route* route) {
+// Launch statistics and the queued-work estimate. The arbiter revokes a holder early only
+// when inflight_ns is 0 and it launched nothing for idle_release; a process that launches
+// once per completed kernel (gaps as long as its kernels) must not look idle between
+// launches, so while launches keep coming at most kBusyGapNs apart the estimate is two
+// average gaps, and the link thread clears it once that long passed without a launch.
+void note_launch(Binding* binding, const Route* route) {
   GateChannel* channel = route->channel;
+  const uint64_t now = monotonic_ns();
+  const uint64_t previous = channel->last_launch_ns.load(std::memory_order_relaxed);
   channel->launches.fetch_add(1, std::memory_order_relaxed);
-  channel->last_launch_ns.store(monotonic_ns(), std::memory_order_relaxed);
+  channel->last_launch_ns.store(now, std::memory_order_relaxed);
+  if (previous == 0 || now <= previous) return;
+  if (now - previous >= kBusyGapNs) {
+    if (binding->busy_run.load(std::memory_order_relaxed) != 0) binding->busy_run.store(0, std::memory_order_relaxed);
+    return;
+  }
+  uint64_t average = binding->gap_average_ns.load(std::memory_order_relaxed);
+  average = average - average / 8 + (now - previous) / 8;
+  binding->gap_average_ns.store(average, std::memory_order_relaxed);
+  // A single short gap is no stream (a request that waited at the gate, then the next one
+  // on schedule): only a run of them says work keeps being queued.
+  const uint32_t run = binding->busy_run.load(std::memory_order_relaxed);
+  if (run < kBusyRunLaunches) {
+    binding->busy_run.store(run + 1, std::memory_order_relaxed);
+    return;
+  }
+  const uint64_t estimate = 2 * average + 1;
+  if (channel->inflight_ns.load(std::memory_order_relaxed) != estimate)
+    channel->inflight_ns.store(estimate, std::memory_order_relaxed);
 }
 
 void record_wait(const Route* route, uint64_t waited_ns) {
@@ -956,7 +1016,7 @@ void gate_slow(Binding* binding, const Route* route) {
     common::futex_wait(&route->slot->turn, turn, kGateWaitSliceNs);
   }
   record_wait(route, monotonic_ns() - begin);
-  note_launch(route);
+  note_launch(binding, route);
 }
 
 }  // namespace
@@ -987,11 +1047,11 @@ void link_gate_enter(CUcontext context) {
   if (!route) return;  // device not attached: ungated
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
   if (__builtin_expect(turn & 1u, 1)) {
-    note_launch(route);
+    note_launch(binding, route);
     return;
   }
   if (binding->lapsed.load(std::memory_order_relaxed) && lease_stale(route->control, monotonic_ns())) {
-    note_launch(route);
+    note_launch(binding, route);
     return;
   }
   binding->launchers_inside.fetch_sub(1, std::memory_order_seq_cst);
