@@ -36,6 +36,7 @@ SchedulerOptions scheduler_options(const SchedulerConfig& c) {
   o.quantum_max_ns = c.quantum_max_ns;
   o.revoke_timeout_ns = c.revoke_timeout_ns;
   o.idle_release_ns = c.idle_release_ns;
+  o.drain_overlap = c.drain_overlap;
   return o;
 }
 

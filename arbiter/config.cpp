@@ -218,12 +218,16 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
 
   if (auto n = root.get("scheduler")) {
     const toml::table& sched = r.table_value(*n, "scheduler");
-    r.check_keys(
-        sched, "[scheduler]",
-        {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease", "idle_release"});
+    r.check_keys(sched, "[scheduler]",
+                 {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease",
+                  "idle_release", "drain_overlap"});
     SchedulerConfig& s = cfg.scheduler;
     for (auto&& [k, v] : sched) {
       std::string key = "scheduler." + std::string(k.str());
+      if (k == "drain_overlap") {
+        s.drain_overlap = r.bool_value(v, key);
+        continue;
+      }
       uint64_t ns = r.duration_value(v, key);
       if (k == "quantum") s.quantum_ns = ns;
       if (k == "quantum_min") s.quantum_min_ns = ns;

@@ -20,6 +20,7 @@ struct SchedulerConfig {
   uint64_t revoke_timeout_ns = 500'000'000;  // a holder that ignores a revoke is passed over
   uint64_t lease_ns = 1'000'000'000;         // tenants lapse to ungated launches after this
   uint64_t idle_release_ns = 2'000'000;      // an idle holder is revoked early when others wait
+  bool drain_overlap = true;  // an interactive preemptor starts while the old holder drains
 };
 
 struct NodeConfig {

@@ -90,6 +90,10 @@ void Scheduler::remove_tenant(SlotId slot, uint64_t now) {
     end_hold(slot, it->second, now);
     holder_.reset();
   }
+  if (draining_ == slot) {
+    end_hold(slot, it->second, now);
+    draining_.reset();
+  }
   tenants_.erase(it);
   refresh_pod_activity(pod, now);
 }
@@ -107,7 +111,7 @@ void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
     for (const auto& [s, o] : tenants_) {
       if (s == slot || o.pod != t.pod || !is_active(o)) continue;
       uint64_t v = o.vtime;
-      if (holder_ == s) v += sat_sub(now, o.grant_ns);
+      if (holds_open(s, o)) v += sat_sub(now, o.grant_ns);
       min_peer = found ? std::min(min_peer, v) : v;
       found = true;
     }
@@ -149,7 +153,8 @@ void Scheduler::released(SlotId slot, uint64_t now) {
       break;
     case TenantState::kRevoking:
       end_hold(slot, t, now);
-      holder_.reset();
+      if (holder_ == slot) holder_.reset();
+      if (draining_ == slot) draining_.reset();
       after_release(t, now);
       break;
     case TenantState::kPassedOver:
@@ -182,6 +187,23 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
   if (any_active) pod_floor_ = std::max(pod_floor_, min_active);
   renormalise();
 
+  // A holder preempted by an interactive tenant drains beside it; if it never finishes,
+  // it is passed over like any holder that ignores a revoke.
+  if (draining_) {
+    SlotId ds = *draining_;
+    Tenant& d = tenants_.at(ds);
+    if (now >= d.revoke_ns + options_.revoke_timeout_ns) {
+      end_hold(ds, d, now);
+      d.state = TenantState::kPassedOver;
+      ++d.pass_overs;
+      draining_.reset();
+      refresh_pod_activity(d.pod, now);
+      out.push_back({Action::Kind::kPassOver, ds});
+    } else {
+      arm(d.revoke_ns + options_.revoke_timeout_ns);
+    }
+  }
+
   for (int round = 0; round < 3; ++round) {
     bool changed = false;
     if (holder_) {
@@ -196,6 +218,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
           if (!best_waiting || p < *best_waiting) best_waiting = p;
         }
         bool revoke = false;
+        bool preempted = false;
         if (hp.policy.max_share_ppm < common::kShareScale) {
           uint64_t used = used_in_window(hp, now);
           uint64_t budget = budget_ns(hp);
@@ -225,6 +248,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
             uint64_t hold_end = h.grant_ns + options_.quantum_min_ns;
             if (now >= hold_end) {
               revoke = true;
+              preempted = *best_waiting == common::Priority::kInteractive;
             } else {
               arm(hold_end);
             }
@@ -236,6 +260,12 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
           out.push_back({Action::Kind::kRevoke, hs});
           arm(now + options_.revoke_timeout_ns);
           changed = true;
+          // The interactive tenant need not wait for the batch holder's queued kernels:
+          // it starts now and the GPU's own time slicing shares the drain.
+          if (preempted && options_.drain_overlap && !draining_) {
+            draining_ = hs;
+            holder_.reset();
+          }
         }
       } else if (h.state == TenantState::kRevoking) {
         if (now >= h.revoke_ns + options_.revoke_timeout_ns) {
@@ -355,7 +385,7 @@ std::vector<TenantReport> Scheduler::report(uint64_t now) const {
     uint64_t held = 0;
     uint64_t since = t.holds.empty() ? now : t.holds.front().start;
     for (const Interval& iv : t.holds) held += overlap(iv.start, iv.end, from, now);
-    if (holder_ == s) held += overlap(t.grant_ns, now, from, now);
+    if (holds_open(s, t)) held += overlap(t.grant_ns, now, from, now);
     uint64_t span = std::min(window, sat_sub(now, since));
     r.achieved_share = span == 0 ? 0.0 : static_cast<double>(held) / static_cast<double>(span);
     std::vector<uint64_t> waits(t.waits_ns.begin(), t.waits_ns.end());
@@ -403,13 +433,17 @@ void Scheduler::refresh_pod_activity(PodId id, uint64_t now) {
   pod.active = active;
 }
 
+bool Scheduler::holds_open(SlotId slot, const Tenant& t) const {
+  return (holder_ == slot || draining_ == slot) &&
+         (t.state == TenantState::kHolding || t.state == TenantState::kRevoking);
+}
+
 uint64_t Scheduler::pod_vtime_now(PodId id, const Pod& pod, uint64_t now) const {
   uint64_t v = pod.vtime;
-  if (holder_) {
-    const Tenant& h = tenants_.at(*holder_);
-    if (h.pod == id && (h.state == TenantState::kHolding || h.state == TenantState::kRevoking)) {
-      v += sat_sub(now, h.grant_ns) * kScale / weight_of(pod);
-    }
+  for (std::optional<SlotId> s : {holder_, draining_}) {
+    if (!s) continue;
+    const Tenant& h = tenants_.at(*s);
+    if (h.pod == id && holds_open(*s, h)) v += sat_sub(now, h.grant_ns) * kScale / weight_of(pod);
   }
   return v;
 }
@@ -426,10 +460,10 @@ uint64_t Scheduler::used_in_window(const Pod& pod, uint64_t now) const {
   uint64_t from = sat_sub(now, options_.share_window_ns);
   uint64_t used = 0;
   for (const Interval& iv : pod.usage) used += overlap(iv.start, iv.end, from, now);
-  if (holder_) {
-    const Tenant& h = tenants_.at(*holder_);
-    if (&pods_.at(h.pod) == &pod &&
-        (h.state == TenantState::kHolding || h.state == TenantState::kRevoking)) {
+  for (std::optional<SlotId> s : {holder_, draining_}) {
+    if (!s) continue;
+    const Tenant& h = tenants_.at(*s);
+    if (&pods_.at(h.pod) == &pod && holds_open(*s, h)) {
       used += overlap(pod.open_since, now, from, now);
     }
   }

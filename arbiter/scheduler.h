@@ -27,6 +27,9 @@ struct SchedulerOptions {
   uint64_t lag_ns = 0;                       // idle credit a waking pod keeps; 0 = one quantum
   uint64_t share_window_ns = 1'000'000'000;  // max-share ceiling window
   uint64_t stats_window_ns = 5'000'000'000;  // achieved-share window for status
+  // An interactive tenant preempting a lower class starts at once while the old holder
+  // drains its queued work (false: strictly one tenant on the GPU at a time).
+  bool drain_overlap = true;
 };
 
 enum class TenantState { kIdle, kWaiting, kHolding, kRevoking, kPassedOver };
@@ -82,6 +85,8 @@ class Scheduler {
   uint64_t next_deadline() const { return next_deadline_; }
 
   std::optional<SlotId> holder() const { return holder_; }
+  // A holder preempted by an interactive tenant that is still draining (drain_overlap).
+  std::optional<SlotId> draining() const { return draining_; }
   TenantState state(SlotId slot) const;
   // The tenant's quantum: the pod's own if it set one, else the node quantum stretched to
   // cover a few of its observed kernels (so switches stay a small fraction of GPU time),
@@ -125,6 +130,7 @@ class Scheduler {
     std::deque<uint64_t> waits_ns;  // recent wait durations for the p99
   };
 
+  bool holds_open(SlotId slot, const Tenant& t) const;
   Pod& pod_of(const Tenant& t);
   const Pod& pod_of(const Tenant& t) const;
   bool is_active(const Tenant& t) const;
@@ -147,6 +153,7 @@ class Scheduler {
   std::map<PodId, Pod> pods_;
   std::map<SlotId, Tenant> tenants_;
   std::optional<SlotId> holder_;
+  std::optional<SlotId> draining_;
   std::vector<Action> pending_;
   uint64_t next_deadline_ = 0;
   uint64_t pod_floor_ = 0;  // lowest active pod vtime seen: waking pods are lifted near it

@@ -31,6 +31,7 @@ TEST(Config, EmptyFileGivesDefaults) {
   EXPECT_EQ(c.scheduler.revoke_timeout_ns, 500'000'000u);
   EXPECT_EQ(c.scheduler.lease_ns, 1'000'000'000u);
   EXPECT_EQ(c.scheduler.idle_release_ns, 2'000'000u);
+  EXPECT_TRUE(c.scheduler.drain_overlap);
   EXPECT_EQ(c.defaults.weight, 1u);
   EXPECT_EQ(c.defaults.priority, common::Priority::kBatch);
   EXPECT_EQ(c.defaults.max_share_ppm, common::kShareScale);
@@ -54,6 +55,7 @@ quantum_max = "50ms"
 revoke_timeout = "200ms"
 lease = "400ms"
 idle_release = "1ms"
+drain_overlap = false
 
 [defaults]
 weight = 2
@@ -84,6 +86,7 @@ priority = "best-effort"
   EXPECT_EQ(c.scheduler.revoke_timeout_ns, 200'000'000u);
   EXPECT_EQ(c.scheduler.lease_ns, 400'000'000u);
   EXPECT_EQ(c.scheduler.idle_release_ns, 1'000'000u);
+  EXPECT_FALSE(c.scheduler.drain_overlap);
   EXPECT_EQ(c.defaults.weight, 2u);
   EXPECT_EQ(c.defaults.priority, common::Priority::kInteractive);
   EXPECT_EQ(c.defaults.max_share_ppm, 500'000u);

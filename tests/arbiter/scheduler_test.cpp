@@ -272,6 +272,58 @@ TEST(Scheduler, InteractivePreemptsBatchAfterMinimumHold) {
   EXPECT_LE(sim.now - asked, 1 * kNsPerMs);
 }
 
+TEST(Scheduler, InteractiveStartsWhileThePreemptedHolderDrains) {
+  SchedulerOptions o;
+  o.quantum_ns = 50 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  Sim sim(o);
+  common::Policy interactive;
+  interactive.priority = common::Priority::kInteractive;
+  sim.add(1, 1);
+  sim.add(2, 2, interactive);
+  sim.want(1);
+  sim.busy(1);
+  sim.step();
+  sim.now += 10 * kNsPerMs;
+  sim.stopped(1);  // its 20 ms kernel is still running: no release yet
+  sim.want(2);
+  sim.step();
+  EXPECT_EQ(sim.sched.holder(), 2u) << "the interactive tenant waited for the drain";
+  EXPECT_EQ(sim.sched.draining(), 1u);
+  EXPECT_EQ(sim.sched.state(1), TenantState::kRevoking);
+  // The drain ends 15 ms later; the batch tenant is charged up to its release.
+  sim.now += 15 * kNsPerMs;
+  sim.sched.released(1, sim.now);
+  EXPECT_FALSE(sim.sched.draining().has_value());
+  EXPECT_EQ(sim.sched.holder(), 2u);
+  EXPECT_EQ(sim.sched.state(1), TenantState::kWaiting);
+}
+
+TEST(Scheduler, WithoutDrainOverlapInteractiveWaitsForTheRelease) {
+  SchedulerOptions o;
+  o.quantum_ns = 50 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  o.drain_overlap = false;
+  Sim sim(o);
+  common::Policy interactive;
+  interactive.priority = common::Priority::kInteractive;
+  sim.add(1, 1);
+  sim.add(2, 2, interactive);
+  sim.want(1);
+  sim.busy(1);
+  sim.step();
+  sim.now += 10 * kNsPerMs;
+  sim.stopped(1);
+  sim.want(2);
+  sim.step();
+  EXPECT_EQ(sim.sched.holder(), 1u);
+  EXPECT_EQ(sim.sched.state(1), TenantState::kRevoking);
+  sim.now += 15 * kNsPerMs;
+  sim.sched.released(1, sim.now);
+  sim.step();
+  EXPECT_EQ(sim.sched.holder(), 2u);
+}
+
 TEST(Scheduler, InteractiveWaitsForTheMinimumHold) {
   SchedulerOptions o;
   o.quantum_ns = 50 * kNsPerMs;
