@@ -17,10 +17,6 @@ CUresult check_device(CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-DeviceState& device_state(CUdevice dev) {
-  return runtime().state->devices[dev];
-}
-
 int attribute_value(CUdevice_attribute attrib, const DeviceState& d, bool& known) {
   known = true;
   switch (attrib) {

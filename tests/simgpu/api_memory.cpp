@@ -188,7 +188,7 @@ CUresult cuMemFree(CUdeviceptr_v1) {
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   SIMGPU_REQUIRE_CONTEXT(ctx);
   if (free == nullptr || total == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  DeviceState& d = runtime().state->devices[ctx->device];
+  DeviceState& d = device_state(ctx->device);
   DeviceLock lock(d);
   *total = d.capacity;
   *free = d.capacity - std::min(d.capacity, d.used);
@@ -352,7 +352,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
     close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  if (!reserve_device_memory(rt.state->devices[dev], rt.pid, size)) {
+  if (!reserve_device_memory(device_state(dev), rt.pid, size)) {
     close(fd);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -368,7 +368,7 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (!has_handle(h, HandleKind::MemHandle)) return CUDA_ERROR_INVALID_VALUE;
   remove_handle(h);
   Runtime& rt = runtime();
-  release_device_memory(rt.state->devices[h->device], rt.pid, h->size);
+  release_device_memory(device_state(h->device), rt.pid, h->size);
   close(h->fd);
   delete h;
   return CUDA_SUCCESS;

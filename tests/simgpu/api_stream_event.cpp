@@ -47,8 +47,8 @@ CUresult stream_wait_event(CUstream h, CUevent ev, unsigned) {
   if (!ev->recorded) return CUDA_SUCCESS;
   // Within a context work is serial, so the event is already ahead of anything queued
   // next. Across contexts the host waits, which orders the work the same way.
-  if (ev->ticket.device != ctx->device || ev->ticket.slot != ctx->slot)
-    engine_for(ev->ticket.device).wait(ev->ticket);
+  if (ev->ticket.device != physical_device(ctx->device) || ev->ticket.slot != ctx->slot)
+    engine_of(ev->ticket).wait(ev->ticket);
   return CUDA_SUCCESS;
 }
 
@@ -73,7 +73,7 @@ CUresult event_record(CUevent ev, CUstream h) {
 
 bool event_time(CUevent ev, uint64_t& t) {
   if (!ev->time_known) {
-    if (!engine_for(ev->ticket.device).completion_time(ev->ticket, ev->time_ns)) return false;
+    if (!engine_of(ev->ticket).completion_time(ev->ticket, ev->time_ns)) return false;
     ev->time_known = true;
   }
   t = ev->time_ns;
@@ -96,7 +96,7 @@ CUresult launch_host_func(CUstream h, CUhostFn fn, void* userData) {
   // The call runs once the work queued before it is done; later work does not wait for
   // it (a simplification of the driver, which would hold the stream).
   std::thread([call] {
-    engine_for(call.ticket.device).wait(call.ticket);
+    engine_of(call.ticket).wait(call.ticket);
     call.fn(call.data);
   }).detach();
   return CUDA_SUCCESS;
@@ -245,14 +245,14 @@ CUresult cuEventQuery(CUevent hEvent) {
   SIMGPU_REQUIRE_INIT();
   if (!has_handle(hEvent, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
   if (!hEvent->recorded) return CUDA_SUCCESS;
-  return engine_for(hEvent->ticket.device).is_complete(hEvent->ticket) ? CUDA_SUCCESS
+  return engine_of(hEvent->ticket).is_complete(hEvent->ticket) ? CUDA_SUCCESS
                                                                        : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent) {
   SIMGPU_REQUIRE_INIT();
   if (!has_handle(hEvent, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
-  if (hEvent->recorded) engine_for(hEvent->ticket.device).wait(hEvent->ticket);
+  if (hEvent->recorded) engine_of(hEvent->ticket).wait(hEvent->ticket);
   return CUDA_SUCCESS;
 }
 

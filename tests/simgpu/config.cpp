@@ -2,8 +2,10 @@
 // the value and what is allowed, because a silently defaulted fake GPU makes tests lie.
 #include "config.h"
 
+#include <strings.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -263,6 +265,46 @@ bool parse_config(EnvLookup env, Config& out, std::string& error) {
   }
   out = std::move(cfg);
   return true;
+}
+
+std::vector<int> parse_visible_devices(const char* value, const std::vector<std::string>& uuids) {
+  const int count = static_cast<int>(uuids.size());
+  std::vector<int> visible;
+  if (value == nullptr) {
+    for (int i = 0; i < count; ++i) visible.push_back(i);
+    return visible;
+  }
+  const std::string text(value);
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    std::string entry = text.substr(start, end - start);
+    const size_t first = entry.find_first_not_of(" \t");
+    const size_t last = entry.find_last_not_of(" \t");
+    entry = first == std::string::npos ? "" : entry.substr(first, last - first + 1);
+    int device = -1;
+    uint64_t index = 0;
+    if (parse_u64(entry, index)) {
+      if (index < static_cast<uint64_t>(count)) device = static_cast<int>(index);
+    } else if (entry.size() > 4 && (strncasecmp(entry.c_str(), "GPU-", 4) == 0 ||
+                                    strncasecmp(entry.c_str(), "MIG-", 4) == 0)) {
+      // A prefix names a device only when exactly one UUID starts with it.
+      for (int i = 0; i < count; ++i) {
+        if (strncasecmp(uuids[static_cast<size_t>(i)].c_str(), entry.c_str(), entry.size()) != 0)
+          continue;
+        if (device >= 0) {
+          device = -1;
+          break;
+        }
+        device = i;
+      }
+    }
+    if (device < 0 || std::find(visible.begin(), visible.end(), device) != visible.end()) break;
+    visible.push_back(device);
+    start = end + 1;
+  }
+  return visible;
 }
 
 }  // namespace quanta::simgpu

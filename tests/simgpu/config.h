@@ -42,4 +42,11 @@ bool parse_byte_size(const std::string& text, uint64_t& bytes);
 bool parse_uuid(const std::string& text, const char* prefix, uint8_t out[16]);
 std::string format_uuid(const char* prefix, const uint8_t uuid[16]);
 
+// CUDA_VISIBLE_DEVICES -> the device-list index (NVML index) behind each CUDA ordinal, in
+// ordinal order. `value` nullptr (unset) keeps every device in order. Otherwise a comma
+// list of indexes, full UUIDs or unique UUID prefixes ("GPU-5175", "MIG-..."); as the
+// real driver does, the list ends at the first entry that is invalid, ambiguous or a
+// repeat, so "" or "-1" leave no device. `uuids` holds each device's uuid_text.
+std::vector<int> parse_visible_devices(const char* value, const std::vector<std::string>& uuids);
+
 }  // namespace quanta::simgpu

@@ -26,8 +26,7 @@ void forget_after_fork() {
 // waiting for a liveness check to notice the process is gone.
 __attribute__((destructor)) void detach_at_exit() {
   if (g_runtime == nullptr || !g_runtime->initialized || g_runtime->pid != getpid()) return;
-  for (int d = 0; d < g_runtime->device_count; ++d)
-    forget_process(g_runtime->state->devices[d], g_runtime->pid);
+  for (int d = 0; d < g_runtime->device_count; ++d) forget_process(device_state(d), g_runtime->pid);
   detach_shared_state(g_runtime->state);
 }
 
@@ -64,9 +63,22 @@ CUresult initialize(unsigned flags) {
       rt.init_result = CUDA_ERROR_OPERATING_SYSTEM;
       return;
     }
+    // The device list is the segment's (an earlier process may have set its shape).
+    std::vector<std::string> uuids;
+    for (uint32_t d = 0; d < state->device_count; ++d)
+      uuids.emplace_back(state->devices[d].uuid_text);
+    const std::vector<int> visible =
+        parse_visible_devices(std::getenv("CUDA_VISIBLE_DEVICES"), uuids);
+    if (visible.empty()) {
+      // The real driver's answer when CUDA_VISIBLE_DEVICES leaves nothing visible.
+      detach_shared_state(state);
+      rt.init_result = CUDA_ERROR_NO_DEVICE;
+      return;
+    }
+    for (size_t i = 0; i < visible.size(); ++i) rt.physical[i] = visible[i];
     rt.cfg = std::move(cfg);
     rt.state = state;
-    rt.device_count = static_cast<int>(state->device_count);
+    rt.device_count = static_cast<int>(visible.size());
     rt.pid = getpid();
     rt.init_result = CUDA_SUCCESS;
     rt.initialized = true;
@@ -74,8 +86,20 @@ CUresult initialize(unsigned flags) {
   return rt.init_result;
 }
 
-DeviceEngine engine_for(int device) {
-  return DeviceEngine(runtime().state, device);
+int physical_device(CUdevice ordinal) {
+  return runtime().physical[ordinal];
+}
+
+DeviceState& device_state(CUdevice ordinal) {
+  return runtime().state->devices[physical_device(ordinal)];
+}
+
+DeviceEngine engine_for(CUdevice ordinal) {
+  return DeviceEngine(runtime().state, physical_device(ordinal));
+}
+
+DeviceEngine engine_of(const Ticket& ticket) {
+  return DeviceEngine(runtime().state, ticket.device);
 }
 
 void add_handle(const void* h, HandleKind kind) {
@@ -183,13 +207,13 @@ CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUd
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Runtime& rt = runtime();
   const int device = kind == AllocKind::Host ? -1 : ctx->device;
-  if (device >= 0 && !reserve_device_memory(rt.state->devices[device], rt.pid, bytes))
+  if (device >= 0 && !reserve_device_memory(device_state(device), rt.pid, bytes))
     return CUDA_ERROR_OUT_OF_MEMORY;
   // Real process-local memory, backed only when touched, so copies round-trip data.
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) {
-    if (device >= 0) release_device_memory(rt.state->devices[device], rt.pid, bytes);
+    if (device >= 0) release_device_memory(device_state(device), rt.pid, bytes);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   {
@@ -212,7 +236,7 @@ CUresult free_device_memory(CUdeviceptr ptr) {
     rt.allocations.erase(it);
   }
   if (a.owns_mapping) munmap(reinterpret_cast<void*>(ptr), a.size);
-  if (a.device >= 0) release_device_memory(rt.state->devices[a.device], rt.pid, a.size);
+  if (a.device >= 0) release_device_memory(device_state(a.device), rt.pid, a.size);
   return CUDA_SUCCESS;
 }
 

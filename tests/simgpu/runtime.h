@@ -103,7 +103,10 @@ struct Runtime {
   bool initialized = false;
   Config cfg;
   SharedState* state = nullptr;
-  int device_count = 0;
+  int device_count = 0;  // CUDA ordinals: the devices CUDA_VISIBLE_DEVICES leaves visible
+  // Device-list index (NVML index, shared-state slot) behind each CUDA ordinal. Read only
+  // through physical_device().
+  int physical[kMaxDevices] = {};
   int32_t pid = 0;
 
   std::recursive_mutex mu;  // guards everything below
@@ -117,7 +120,14 @@ Runtime& runtime();
 CUresult initialize(unsigned flags);
 bool is_initialized();
 
-DeviceEngine engine_for(int device);
+// The one mapping from a CUDA ordinal (CUdevice, CUctx_st::device, Allocation::device)
+// to the device it runs on: its index in the shared device list, which NVML, the
+// execution log and tickets use. `ordinal` must be valid (0 <= ordinal < device_count).
+int physical_device(CUdevice ordinal);
+DeviceState& device_state(CUdevice ordinal);
+DeviceEngine engine_for(CUdevice ordinal);
+// The engine a ticket came from (tickets carry the physical device).
+DeviceEngine engine_of(const Ticket& ticket);
 
 void add_handle(const void* h, HandleKind kind);
 void remove_handle(const void* h);

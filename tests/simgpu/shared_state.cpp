@@ -106,9 +106,11 @@ SharedState* attach_shared_state(const Config& cfg, std::string& error) {
   bool anyone_alive = false;
   if (!fresh && s->magic == kStateMagic && s->version == kStateVersion &&
       s->size == sizeof(SharedState)) {
+    // This process counts as alive too: when libcuda and libnvidia-ml of one process both
+    // attach, the second must not wipe what the first has charged.
     for (int i = 0; i < kMaxAttached; ++i) {
       if (s->attached[i] == 0) continue;
-      if (s->attached[i] != getpid() && process_alive(s->attached[i]))
+      if (s->attached[i] == getpid() || process_alive(s->attached[i]))
         anyone_alive = true;
       else
         s->attached[i] = 0;

@@ -476,3 +476,231 @@ TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
   ChildResult used = finish_child(user);
   EXPECT_EQ(used.exit_code, 0) << used.stderr_text;
 }
+
+namespace {
+
+// The UUID NVML reports for device-list index `index` (NVML ignores CUDA_VISIBLE_DEVICES).
+std::string nvml_uuid(unsigned index) {
+  nvmlDevice_t dev;
+  char uuid[NVML_DEVICE_UUID_BUFFER_SIZE] = {};
+  if (nvmlDeviceGetHandleByIndex_v2(index, &dev) != NVML_SUCCESS ||
+      nvmlDeviceGetUUID(dev, uuid, sizeof uuid) != NVML_SUCCESS)
+    return "";
+  return uuid;
+}
+
+// cuDeviceGetUuid of a CUDA ordinal, in NVML's text form.
+std::string cuda_uuid(CUdevice ordinal, const char* prefix) {
+  CUuuid raw;
+  if (cuDeviceGetUuid(&raw, ordinal) != CUDA_SUCCESS) return "";
+  const auto* b = reinterpret_cast<const unsigned char*>(raw.bytes);
+  char text[64];
+  std::snprintf(text, sizeof text,
+                "%s%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", prefix,
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                b[13], b[14], b[15]);
+  return text;
+}
+
+// Device-list UUIDs of a fresh state of `env`'s shape, read through NVML in a child (the
+// test process itself never attaches, so each scenario child starts its own driver).
+std::vector<std::string> device_uuids(const Env& env, unsigned count) {
+  Pipe out;
+  Child c = start_child(env, [&] {
+    out.close_read();
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    for (unsigned i = 0; i < count; ++i) {
+      const std::string u = nvml_uuid(i) + "\n";
+      CHILD_CHECK(write(out.fd[1], u.data(), u.size()) == static_cast<ssize_t>(u.size()));
+    }
+    return 0;
+  });
+  out.close_write();
+  std::string text;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(out.fd[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(n));
+  finish_child(c);
+  std::vector<std::string> uuids;
+  for (size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    uuids.push_back(text.substr(start, end - start));
+  return uuids;
+}
+
+Env with(Env env, const std::string& key, const std::string& value) {
+  env.emplace_back(key, value);
+  return env;
+}
+
+}  // namespace
+
+TEST(SimgpuVisibleDevices, IndexesReorderCudaOrdinalsWhileNvmlKeepsPhysicalOrder) {
+  UniqueState state("visible-order");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_DEVICES", "3"}};
+  ChildResult r = run_child(with(env, "CUDA_VISIBLE_DEVICES", "2,0"), [] {
+    CHILD_CU(cuInit(0));
+    int count = 0;
+    CHILD_CU(cuDeviceGetCount(&count));
+    CHILD_CHECK(count == 2);
+    CUdevice dev;
+    CHILD_CHECK(cuDeviceGet(&dev, 2) == CUDA_ERROR_INVALID_DEVICE);
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    unsigned nvml_count = 0;
+    CHILD_CHECK(nvmlDeviceGetCount_v2(&nvml_count) == NVML_SUCCESS && nvml_count == 3);
+    CHILD_CHECK(cuda_uuid(0, "GPU-") == nvml_uuid(2));
+    CHILD_CHECK(cuda_uuid(1, "GPU-") == nvml_uuid(0));
+    char bus[32];
+    CHILD_CU(cuDeviceGetPCIBusId(bus, sizeof bus, 0));
+    CHILD_CHECK(std::string(bus) == "00000000:12:00.0");
+    CHILD_CU(cuDeviceGetByPCIBusId(&dev, "00000000:10:00.0"));
+    CHILD_CHECK(dev == 1);
+    CHILD_CHECK(cuDeviceGetByPCIBusId(&dev, "00000000:11:00.0") == CUDA_ERROR_INVALID_DEVICE);
+    return 0;
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
+TEST(SimgpuVisibleDevices, FullUuidsAndUniquePrefixesSelectDevices) {
+  UniqueState state("visible-uuid");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_DEVICES", "3"}};
+  const std::vector<std::string> uuids = device_uuids(env, 3);
+  ASSERT_EQ(uuids.size(), 3u);
+  // The shortest prefix of device 1's UUID that no other device shares.
+  std::string prefix = "GPU-";
+  while (std::count_if(uuids.begin(), uuids.end(), [&](const std::string& u) {
+           return u.compare(0, prefix.size(), prefix) == 0;
+         }) > 1)
+    prefix = uuids[1].substr(0, prefix.size() + 1);
+  for (const std::string& list : {uuids[1] + "," + uuids[2], prefix + "," + uuids[2]}) {
+    ChildResult r = run_child(with(env, "CUDA_VISIBLE_DEVICES", list), [&] {
+      CHILD_CU(cuInit(0));
+      int count = 0;
+      CHILD_CU(cuDeviceGetCount(&count));
+      CHILD_CHECK(count == 2);
+      CHILD_CHECK(cuda_uuid(0, "GPU-") == uuids[1]);
+      CHILD_CHECK(cuda_uuid(1, "GPU-") == uuids[2]);
+      return 0;
+    });
+    EXPECT_EQ(r.exit_code, 0) << list << ": " << r.stderr_text;
+  }
+}
+
+TEST(SimgpuVisibleDevices, ListEndsAtTheFirstInvalidEntryAndAnEmptyListHidesEveryDevice) {
+  UniqueState state("visible-invalid");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_DEVICES", "3"}};
+  ChildResult truncated = run_child(with(env, "CUDA_VISIBLE_DEVICES", "1,7,0"), [] {
+    CHILD_CU(cuInit(0));
+    int count = 0;
+    CHILD_CU(cuDeviceGetCount(&count));
+    CHILD_CHECK(count == 1);
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    CHILD_CHECK(cuda_uuid(0, "GPU-") == nvml_uuid(1));
+    return 0;
+  });
+  EXPECT_EQ(truncated.exit_code, 0) << truncated.stderr_text;
+  for (const char* list : {"", "-1", "GPU-ffffffff-nothing", "9,0"}) {
+    ChildResult none = run_child(with(env, "CUDA_VISIBLE_DEVICES", list), [] {
+      CHILD_CHECK(cuInit(0) == CUDA_ERROR_NO_DEVICE);
+      int count = -1;
+      CHILD_CHECK(cuDeviceGetCount(&count) == CUDA_ERROR_NOT_INITIALIZED);
+      // NVML still sees every device.
+      unsigned nvml_count = 0;
+      CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+      CHILD_CHECK(nvmlDeviceGetCount_v2(&nvml_count) == NVML_SUCCESS && nvml_count == 3);
+      return 0;
+    });
+    EXPECT_EQ(none.exit_code, 0) << "'" << list << "': " << none.stderr_text;
+  }
+}
+
+// Failure mode 7 of ANCHORS.md at the driver level: ordinal 0 under CUDA_VISIBLE_DEVICES=1
+// is physical device 1 for memory, NVML's views, contexts and the execution log.
+TEST(SimgpuVisibleDevices, WorkAndMemoryOfOrdinalZeroGoToTheVisiblePhysicalDevice) {
+  UniqueState state("visible-charge");
+  const std::string log = temp_log("visible-charge");
+  unlink(log.c_str());
+  const Env env = {{"SIMGPU_STATE", state.name()},
+                   {"SIMGPU_DEVICES", "2"},
+                   {"SIMGPU_MEMORY", "4Gi"},
+                   {"SIMGPU_LOG", log}};
+  const std::vector<std::string> uuids = device_uuids(env, 2);
+  ASSERT_EQ(uuids.size(), 2u);
+  for (const std::string& list : {std::string("1"), uuids[1]}) {
+    unlink(log.c_str());
+    ChildResult r = run_child(with(env, "CUDA_VISIBLE_DEVICES", list), [] {
+      CUcontext ctx;
+      if (init_context(&ctx, 0) != 0) return 1;
+      CUdeviceptr p;
+      CHILD_CU(cuMemAlloc(&p, 300ull << 20));
+      size_t free = 0, total = 0;
+      CHILD_CU(cuMemGetInfo(&free, &total));
+      CHILD_CHECK(total == 4ull << 30 && free == total - (300ull << 20));
+      CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+      nvmlDevice_t physical0, physical1;
+      CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &physical0) == NVML_SUCCESS);
+      CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(1, &physical1) == NVML_SUCCESS);
+      nvmlMemory_t mem;
+      CHILD_CHECK(nvmlDeviceGetMemoryInfo(physical1, &mem) == NVML_SUCCESS);
+      CHILD_CHECK(mem.used == 300ull << 20);
+      CHILD_CHECK(nvmlDeviceGetMemoryInfo(physical0, &mem) == NVML_SUCCESS && mem.used == 0);
+      nvmlProcessInfo_t infos[4];
+      unsigned n = 4;
+      CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(physical1, &n, infos) ==
+                      NVML_SUCCESS &&
+                  n == 1);
+      CHILD_CHECK(static_cast<pid_t>(infos[0].pid) == getpid() &&
+                  infos[0].usedGpuMemory == 300ull << 20);
+      n = 4;
+      CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(physical0, &n, infos) ==
+                      NVML_SUCCESS &&
+                  n == 0);
+      CUfunction spin;
+      CHILD_CU(load_spin(&spin));
+      CHILD_CU(launch_spin(spin, 1'000'000));
+      CHILD_CU(cuCtxSynchronize());
+      CHILD_CU(cuMemFree(p));
+      CHILD_CHECK(nvmlDeviceGetMemoryInfo(physical1, &mem) == NVML_SUCCESS && mem.used == 0);
+      return 0;
+    });
+    EXPECT_EQ(r.exit_code, 0) << list << ": " << r.stderr_text;
+    const auto slices = read_log(log);
+    ASSERT_EQ(slices.size(), 1u) << list;
+    EXPECT_EQ(slices[0].device, 1) << list;
+  }
+  unlink(log.c_str());
+}
+
+TEST(SimgpuVisibleDevices, MigUuidSelectsOneInstanceWithItsShareOfMemory) {
+  UniqueState state("visible-mig");
+  const Env env = {{"SIMGPU_STATE", state.name()},
+                   {"SIMGPU_DEVICES", "2"},
+                   {"SIMGPU_MEMORY", "2Gi"},
+                   {"SIMGPU_MIG", "1:2"}};
+  const std::vector<std::string> uuids = device_uuids(env, 3);
+  ASSERT_EQ(uuids.size(), 3u);
+  ASSERT_EQ(uuids[2].compare(0, 4, "MIG-"), 0) << uuids[2];
+  ChildResult r = run_child(with(env, "CUDA_VISIBLE_DEVICES", uuids[2]), [&] {
+    CUcontext ctx;
+    if (init_context(&ctx, 0) != 0) return 1;
+    int count = 0;
+    CHILD_CU(cuDeviceGetCount(&count));
+    CHILD_CHECK(count == 1);
+    CHILD_CHECK(cuda_uuid(0, "MIG-") == uuids[2]);
+    size_t total = 0;
+    CHILD_CU(cuDeviceTotalMem(&total, 0));
+    CHILD_CHECK(total == 1ull << 30);
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 1ull << 30));
+    CHILD_CHECK(cuMemAlloc(&p, 1) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    nvmlDevice_t dev;
+    nvmlMemory_t mem;
+    for (unsigned i = 0; i < 3; ++i) {
+      CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(i, &dev) == NVML_SUCCESS);
+      CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS);
+      CHILD_CHECK(mem.used == (i == 2 ? 1ull << 30 : 0));
+    }
+    return 0;
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}

@@ -564,3 +564,40 @@ TEST(SimgpuDevice, AttributesDescribeAComputeCapability90DeviceWith132Sms) {
       });
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
 }
+
+namespace {
+
+const std::vector<std::string> kThreeUuids = {
+    "GPU-51750000-0000-0000-0000-000000000000",
+    "GPU-51751111-0000-0000-0000-000000000000",
+    "MIG-abcd0000-0000-0000-0000-000000000000",
+};
+
+}  // namespace
+
+TEST(SimgpuVisibleDevices, UnsetKeepsEveryDeviceAndIndexesReorder) {
+  EXPECT_EQ(parse_visible_devices(nullptr, kThreeUuids), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(parse_visible_devices("1", kThreeUuids), (std::vector<int>{1}));
+  EXPECT_EQ(parse_visible_devices("2,0", kThreeUuids), (std::vector<int>{2, 0}));
+  EXPECT_EQ(parse_visible_devices(" 2 , 1 ", kThreeUuids), (std::vector<int>{2, 1}));
+}
+
+TEST(SimgpuVisibleDevices, UuidsAndUniquePrefixesSelectTheirDevice) {
+  EXPECT_EQ(parse_visible_devices("GPU-51751111-0000-0000-0000-000000000000", kThreeUuids),
+            (std::vector<int>{1}));
+  EXPECT_EQ(parse_visible_devices("GPU-517511,gpu-51750", kThreeUuids), (std::vector<int>{1, 0}));
+  EXPECT_EQ(parse_visible_devices("MIG-abcd,0", kThreeUuids), (std::vector<int>{2, 0}));
+  // "GPU-5175" starts both GPUs' UUIDs: ambiguous, so it ends the list.
+  EXPECT_EQ(parse_visible_devices("2,GPU-5175,0", kThreeUuids), (std::vector<int>{2}));
+}
+
+TEST(SimgpuVisibleDevices, ListEndsAtTheFirstInvalidOrRepeatedEntry) {
+  EXPECT_EQ(parse_visible_devices("1,3,0", kThreeUuids), (std::vector<int>{1}));
+  EXPECT_EQ(parse_visible_devices("1,1,0", kThreeUuids), (std::vector<int>{1}));
+  EXPECT_EQ(parse_visible_devices("0,GPU-ffff,1", kThreeUuids), (std::vector<int>{0}));
+  EXPECT_EQ(parse_visible_devices("0,,1", kThreeUuids), (std::vector<int>{0}));
+  EXPECT_EQ(parse_visible_devices("1x", kThreeUuids), (std::vector<int>{}));
+  EXPECT_EQ(parse_visible_devices("", kThreeUuids), (std::vector<int>{}));
+  EXPECT_EQ(parse_visible_devices("-1", kThreeUuids), (std::vector<int>{}));
+  EXPECT_EQ(parse_visible_devices("GPU-", kThreeUuids), (std::vector<int>{}));
+}
