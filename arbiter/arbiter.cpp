@@ -322,6 +322,8 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
     common::ControlSlot& slot = region.slots[a.slot];
     switch (a.kind) {
       case Action::Kind::kGrant:
+        spdlog::debug("gpu {} grant slot {} (quantum {} us)", gpu.index, a.slot,
+                      gpu.sched->quantum_for(a.slot) / 1000);
         if ((slot.turn.load() & 1u) == 0) {
           slot.quantum_ns.store(gpu.sched->quantum_for(a.slot), std::memory_order_relaxed);
           region.header.holder.store(a.slot, std::memory_order_relaxed);
@@ -329,6 +331,7 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
         }
         break;
       case Action::Kind::kRevoke:
+        spdlog::debug("gpu {} revoke slot {}", gpu.index, a.slot);
         if (slot.turn.load() & 1u) bump_turn(slot);
         break;
       case Action::Kind::kPassOver: {

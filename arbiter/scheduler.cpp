@@ -104,8 +104,11 @@ void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
   Tenant& t = it->second;
   t.want = want;
   if (want && t.state == TenantState::kIdle) {
-    // Lift a waking process to its pod's busiest-but-one peers minus the lag, so idle
-    // time is not banked beyond the lag.
+    // Lift a waking process to the pod's floor (the least-served active peer, never
+    // lowered) minus the lag, so idle time is not banked beyond the lag. Lifting against
+    // the floor rather than against peers that just woke keeps simultaneous wakers from
+    // stacking one lag of credit each.
+    Pod& pod = pod_of(t);
     bool found = false;
     uint64_t min_peer = 0;
     for (const auto& [s, o] : tenants_) {
@@ -115,7 +118,8 @@ void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
       min_peer = found ? std::min(min_peer, v) : v;
       found = true;
     }
-    if (found) t.vtime = std::max(t.vtime, sat_sub(min_peer, options_.lag_ns));
+    if (found) pod.tenant_floor = std::max(pod.tenant_floor, min_peer);
+    t.vtime = std::max(t.vtime, sat_sub(pod.tenant_floor, options_.lag_ns));
     t.state = TenantState::kWaiting;
     t.wait_since_ns = now;
     t.last_active_ns = now;
@@ -417,18 +421,20 @@ void Scheduler::refresh_pod_activity(PodId id, uint64_t now) {
   bool active = false;
   for (const auto& [s, t] : tenants_) active = active || (t.pod == id && is_active(t));
   if (active && !pod.active) {
-    // A waking pod starts no further back than the lag behind the least-served active
-    // pod (or the floor when none is active): it cannot monopolise the GPU.
+    // A waking pod starts no further back than the lag behind the floor: the least-served
+    // active pod, never lowered (pods that woke just before it do not pull it down, or
+    // simultaneous wakers would stack one lag of credit each). It cannot monopolise.
     bool found = false;
-    uint64_t base = pod_floor_;
+    uint64_t base = 0;
     for (const auto& [oid, other] : pods_) {
       if (oid == id || !other.active) continue;
       uint64_t v = pod_vtime_now(oid, other, now);
       base = found ? std::min(base, v) : v;
       found = true;
     }
+    if (found) pod_floor_ = std::max(pod_floor_, base);
     uint64_t lag = options_.lag_ns * kScale / weight_of(pod);
-    pod.vtime = std::max(pod.vtime, sat_sub(base, lag));
+    pod.vtime = std::max(pod.vtime, sat_sub(pod_floor_, lag));
   }
   pod.active = active;
 }

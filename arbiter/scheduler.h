@@ -107,6 +107,7 @@ class Scheduler {
   struct Pod {
     common::Policy policy;
     uint64_t vtime = 0;
+    uint64_t tenant_floor = 0;  // least-served active process's vtime, never lowered
     bool active = false;
     std::deque<Interval> usage;  // holds within the share window (max-share)
     uint64_t open_since = 0;     // start of the current hold, when one of its tenants holds

@@ -208,6 +208,36 @@ TEST(Scheduler, WakingTenantCannotMonopolise) {
   EXPECT_GE(sim.held_ns(1) - held1_before, 70 * kNsPerMs);
 }
 
+TEST(Scheduler, TenantsWakingTogetherDoNotStackLagCredit) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  Sim sim(o);
+  for (SlotId s = 1; s <= 8; ++s) sim.add(s, s);
+  sim.want(1);
+  sim.busy(1);
+  sim.run_until(sim.now + 500 * kNsPerMs);  // a lone holder while the others set up
+  for (SlotId s = 2; s <= 8; ++s) sim.want(s), sim.busy(s);
+  uint64_t before = sim.held_ns(1);
+  sim.run_until(sim.now + 480 * kNsPerMs);  // three rounds of eight 20 ms quanta
+  EXPECT_GE(sim.held_ns(1) - before, 40 * kNsPerMs)
+      << "the early tenant starved behind stacked lag credit";
+}
+
+TEST(Scheduler, ProcessesOfAPodWakingTogetherDoNotStackLagCredit) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  Sim sim(o);
+  for (SlotId s = 1; s <= 8; ++s) sim.add(s, 1);
+  sim.want(1);
+  sim.busy(1);
+  sim.run_until(sim.now + 500 * kNsPerMs);
+  for (SlotId s = 2; s <= 8; ++s) sim.want(s), sim.busy(s);
+  uint64_t before = sim.held_ns(1);
+  sim.run_until(sim.now + 480 * kNsPerMs);
+  EXPECT_GE(sim.held_ns(1) - before, 40 * kNsPerMs)
+      << "the early process starved behind stacked lag credit";
+}
+
 TEST(Scheduler, StoppedHolderIsPassedOverAfterTimeout) {
   SchedulerOptions o;
   o.quantum_ns = 10 * kNsPerMs;
