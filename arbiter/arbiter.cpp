@@ -288,7 +288,11 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   for (const auto& [slot, pid] : gpu.slot_pids) {
     const Process& proc = processes_.at(pid);
     common::GateChannel& ch = channel(proc, gpu.index);
+    const TenantState before = sched.state(slot);
     sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now);
+    if (before == TenantState::kIdle && sched.state(slot) == TenantState::kWaiting) {
+      spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
+    }
     sched.set_activity(slot, ch.last_launch_ns.load(std::memory_order_relaxed),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
     if (ch.released_turn.load(std::memory_order_acquire) ==

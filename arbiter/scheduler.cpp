@@ -191,7 +191,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
   if (any_active) pod_floor_ = std::max(pod_floor_, min_active);
   renormalise();
 
-  // A holder preempted by an interactive tenant drains beside it; if it never finishes,
+  // A holder that an interactive tenant overtook drains beside it; if it never finishes,
   // it is passed over like any holder that ignores a revoke.
   if (draining_) {
     SlotId ds = *draining_;
@@ -214,15 +214,20 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
       SlotId hs = *holder_;
       Tenant& h = tenants_.at(hs);
       Pod& hp = pod_of(h);
+      std::optional<common::Priority> best_waiting;
+      for (const auto& [s, t] : tenants_) {
+        if (s == hs || !eligible(t, now)) continue;
+        common::Priority p = pod_of(t).policy.priority;
+        if (!best_waiting || p < *best_waiting) best_waiting = p;
+      }
+      // Whatever ends a lower-class hold, an interactive waiter need not wait for the
+      // holder's queued kernels: it starts at once and the GPU's own time slicing shares
+      // the drain. Between batch tenants the hand-over stays strict.
+      const bool overlap = options_.drain_overlap && !draining_ && best_waiting &&
+                           *best_waiting == common::Priority::kInteractive &&
+                           hp.policy.priority != common::Priority::kInteractive;
       if (h.state == TenantState::kHolding) {
-        std::optional<common::Priority> best_waiting;
-        for (const auto& [s, t] : tenants_) {
-          if (s == hs || !eligible(t, now)) continue;
-          common::Priority p = pod_of(t).policy.priority;
-          if (!best_waiting || p < *best_waiting) best_waiting = p;
-        }
         bool revoke = false;
-        bool preempted = false;
         if (hp.policy.max_share_ppm < common::kShareScale) {
           uint64_t used = used_in_window(hp, now);
           uint64_t budget = budget_ns(hp);
@@ -252,7 +257,6 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
             uint64_t hold_end = h.grant_ns + options_.quantum_min_ns;
             if (now >= hold_end) {
               revoke = true;
-              preempted = *best_waiting == common::Priority::kInteractive;
             } else {
               arm(hold_end);
             }
@@ -264,15 +268,17 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
           out.push_back({Action::Kind::kRevoke, hs});
           arm(now + options_.revoke_timeout_ns);
           changed = true;
-          // The interactive tenant need not wait for the batch holder's queued kernels:
-          // it starts now and the GPU's own time slicing shares the drain.
-          if (preempted && options_.drain_overlap && !draining_) {
+          if (overlap) {
             draining_ = hs;
             holder_.reset();
           }
         }
       } else if (h.state == TenantState::kRevoking) {
-        if (now >= h.revoke_ns + options_.revoke_timeout_ns) {
+        if (overlap) {  // revoked for a batch waiter, and now an interactive one came
+          draining_ = hs;
+          holder_.reset();
+          changed = true;
+        } else if (now >= h.revoke_ns + options_.revoke_timeout_ns) {
           end_hold(hs, h, now);
           h.state = TenantState::kPassedOver;
           ++h.pass_overs;
@@ -514,6 +520,8 @@ std::optional<SlotId> Scheduler::pick(uint64_t now) const {
   for (const auto& [s, t] : tenants_) {
     if (!eligible(t, now)) continue;
     const Pod& p = pod_of(t);
+    // While an overtaken holder drains, only interactive tenants may run beside it.
+    if (draining_ && p.policy.priority != common::Priority::kInteractive) continue;
     auto key = std::make_tuple(p.policy.priority, pod_vtime_now(t.pod, p, now), t.vtime,
                                t.wait_since_ns, s);
     if (!best || key < best_key) {

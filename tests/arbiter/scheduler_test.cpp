@@ -329,6 +329,57 @@ TEST(Scheduler, InteractiveStartsWhileThePreemptedHolderDrains) {
   EXPECT_EQ(sim.sched.state(1), TenantState::kWaiting);
 }
 
+TEST(Scheduler, InteractiveOvertakesAHolderAlreadyDrainingForABatchWaiter) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  Sim sim(o);
+  common::Policy interactive;
+  interactive.priority = common::Priority::kInteractive;
+  sim.add(1, 1);
+  sim.add(2, 2);
+  sim.add(3, 3, interactive);
+  sim.want(1);
+  sim.busy(1);
+  sim.step();
+  sim.want(2);
+  sim.stopped(1);  // its queued kernels take a while to drain
+  sim.run_until(sim.now + 25 * kNsPerMs);
+  ASSERT_EQ(sim.sched.state(1), TenantState::kRevoking) << "quantum end did not revoke";
+  EXPECT_EQ(sim.sched.holder(), 1u);
+  sim.want(3);
+  sim.step();
+  EXPECT_EQ(sim.sched.holder(), 3u) << "the interactive tenant waited for a batch drain";
+  EXPECT_EQ(sim.sched.draining(), 1u);
+  EXPECT_EQ(sim.sched.state(2), TenantState::kWaiting) << "batch hand-over must stay strict";
+  // The interactive request ends before the drain does: the batch waiter still waits.
+  sim.want(3, false);
+  sim.sched.set_activity(3, sim.now, 0, sim.now);
+  sim.run_until(sim.now + 5 * kNsPerMs);
+  EXPECT_EQ(sim.count(Action::Kind::kGrant, 2), 0u)
+      << "a batch tenant started beside a draining one";
+  sim.sched.released(1, sim.now);
+  sim.step();
+  EXPECT_EQ(sim.sched.holder(), 2u);
+}
+
+TEST(Scheduler, BatchHandOverWaitsForTheRelease) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  Sim sim(o);
+  sim.add(1, 1);
+  sim.add(2, 2);
+  sim.want(1);
+  sim.busy(1);
+  sim.step();
+  sim.want(2);
+  sim.stopped(1);
+  sim.run_until(sim.now + 100 * kNsPerMs);
+  EXPECT_EQ(sim.sched.holder(), 1u);
+  EXPECT_FALSE(sim.sched.draining().has_value());
+  EXPECT_EQ(sim.count(Action::Kind::kGrant, 2), 0u)
+      << "a batch tenant started before the holder released";
+}
+
 TEST(Scheduler, WithoutDrainOverlapInteractiveWaitsForTheRelease) {
   SchedulerOptions o;
   o.quantum_ns = 50 * kNsPerMs;
