@@ -113,11 +113,12 @@ else
 fi
 export QUANTA_SOCKET=$work/tenant.sock QUANTA_LOG_LEVEL=${QUANTA_LOG_LEVEL:-warn}
 quantactl() { "$kit/bin/quantactl" --admin-socket "$work/admin.sock" "$@"; }
-shimmed() { LD_PRELOAD=$kit/lib/libquanta.so "$@"; }
+# env execs the program, so `$!` of a backgrounded run is the tenant's own pid.
+shimmed=(env LD_PRELOAD=$kit/lib/libquanta.so)
 
 # --- 1. interception on every lookup path ----------------------------------------------
 for lookup in direct dlsym getproc getproc-ptds; do
-  QUANTA_POD=check/lookup-$lookup shimmed "$kit/bin/quanta-tenant" --json --lookup "$lookup" \
+  QUANTA_POD=check/lookup-$lookup "${shimmed[@]}" "$kit/bin/quanta-tenant" --json --lookup "$lookup" \
     batch --kernel-ms 1 --seconds 2 >"$work/lookup-$lookup.json" 2>"$work/lookup-$lookup.err" &
   tenant=$!
   launches=0
@@ -139,7 +140,7 @@ for lookup in direct dlsym getproc getproc-ptds; do
 done
 
 # --- 2. memory caps ---------------------------------------------------------------------
-QUANTA_POD=check/capped shimmed "$kit/bin/quanta-tenant" --json info >"$work/info.json" 2>"$work/info.err"
+QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json info >"$work/info.json" 2>"$work/info.err"
 seen_total=$(json_get "$work/info.json" "j['devices'][0]['mem_total']")
 seen_device_total=$(json_get "$work/info.json" "j['devices'][0]['total_mem']")
 nvml_total=$(json_get "$work/info.json" "(j.get('nvml') or {}).get('devices',[{}])[0].get('memory_total','absent')")
@@ -151,10 +152,10 @@ else
 fi
 
 for family in alloc vmm; do
-  QUANTA_POD=check/neighbour shimmed "$kit/bin/quanta-tenant" --json alloc --family alloc \
+  QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
     --bytes 1Gi --count 1 --hold-ms 1500 >"$work/neighbour.json" 2>/dev/null &
   neighbour=$!
-  QUANTA_POD=check/capped shimmed "$kit/bin/quanta-tenant" --json alloc --family "$family" \
+  QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family "$family" \
     --bytes 256Mi --race >"$work/race-$family.json" 2>"$work/race-$family.err"
   wait "$neighbour"; nrc=$?
   held=$(json_get "$work/race-$family.json" "j.get('peak_bytes_held',-1)")
@@ -173,14 +174,14 @@ done
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && [[ $mode == real ]]; then
   for conf in "" "expandable_segments:True"; do
     name=torch-cap${conf:+-expandable}
-    if PYTORCH_CUDA_ALLOC_CONF=$conf QUANTA_POD=check/capped shimmed python3 "$torch_script" cap "$cap" \
+    if PYTORCH_CUDA_ALLOC_CONF=$conf QUANTA_POD=check/capped "${shimmed[@]}" python3 "$torch_script" cap "$cap" \
         >"$work/$name.json" 2>"$work/$name.err"; then
       record "$name" PASS "torch sees the cap, OutOfMemoryError past it, still healthy" "$(cat "$work/$name.json")"
     else
       record "$name" FAIL "$(tail -n 1 "$work/$name.json" "$work/$name.err" | tr '\n' ' ')"
     fi
   done
-  QUANTA_POD=check/neighbour shimmed python3 "$torch_script" work 3 >"$work/torch-work.json" 2>&1 &
+  QUANTA_POD=check/neighbour "${shimmed[@]}" python3 "$torch_script" work 3 >"$work/torch-work.json" 2>&1 &
   tp=$!
   sleep 2
   quantactl status --json >"$work/status.json" 2>/dev/null
@@ -197,7 +198,7 @@ fi
 
 # --- 3. bench scenarios beside native time slicing --------------------------------------
 bench_flags=(--gpu "$mode")
-(( quick || mode == sim )) && bench_flags+=(--quick)
+if (( quick )) || [[ $mode == sim ]]; then bench_flags+=(--quick); fi
 for scenario in fairness interactive overhead handoff launch-cost; do
   if "$kit/bin/quanta-bench" "$scenario" --json "${bench_flags[@]}" >"$work/bench-$scenario.json" 2>"$work/bench-$scenario.err"; then
     record "bench-$scenario" PASS "figures recorded" "$(cat "$work/bench-$scenario.json")"
@@ -208,13 +209,19 @@ done
 
 # --- 4. eBPF tracing --------------------------------------------------------------------
 if [[ -x $kit/bin/quanta-trace ]]; then
-  QUANTA_POD=check/lookup-direct shimmed "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
+  QUANTA_POD=check/lookup-direct "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
   t1=$!
-  QUANTA_POD=check/neighbour shimmed "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
+  QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
   t2=$!
-  if "$kit/bin/quanta-trace" handoff --binary "$kit/lib/libquanta.so" --duration 2 --json \
+  if "$kit/bin/quanta-trace" handoff --binary "$kit/lib/libquanta.so" --binary "$kit/bin/quanta-arbiter" --duration 2 --json \
       >"$work/trace.json" 2>"$work/trace.err"; then
-    record ebpf PASS "quanta-trace handoff attached to the shim's USDT probes" "$(cat "$work/trace.json")"
+    handoffs=$(json_get "$work/trace.json" "j['handoff_latency']['count']")
+    p50=$(json_get "$work/trace.json" "round(j['handoff_latency']['p50_ns'] / 1000, 1)")
+    if [[ ${handoffs:-0} -gt 0 ]]; then
+      record ebpf PASS "quanta-trace saw $handoffs handoffs between two tenants, p50 ${p50} us" "$(cat "$work/trace.json")"
+    else
+      record ebpf FAIL "quanta-trace attached but saw no handoff between two contending tenants"
+    fi
   else
     record ebpf SKIP "eBPF tracing unavailable here: $(tail -n 1 "$work/trace.err")"
   fi
