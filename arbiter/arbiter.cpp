@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
+#include <sys/sdt.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -332,6 +333,8 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
           slot.quantum_ns.store(gpu.sched->quantum_for(a.slot), std::memory_order_relaxed);
           region.header.holder.store(a.slot, std::memory_order_relaxed);
           bump_turn(slot);
+          // quanta-trace handoff pairs this with the shim's release and gate probes.
+          DTRACE_PROBE2(quanta, grant, gpu.index, a.slot);
         }
         break;
       case Action::Kind::kRevoke:
