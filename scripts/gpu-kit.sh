@@ -13,5 +13,5 @@ for b in quanta-arbiter quantactl quanta-tenant quanta-bench quanta-bench-report
 done
 cp "$build/lib/libquanta.so" "$kit/lib/"
 cp -P "$build"/sim/lib* "$kit/sim/"
-cp "$root/tests/gpu/check.sh" "$root/tests/gpu/torch_checks.py" "$kit/"
+cp "$root/tests/gpu/check.sh" "$root/tests/gpu/torch_checks.py" "$root/tests/gpu/nvml_procs.py" "$kit/"
 echo "gpu-kit: $kit ($(du -sh "$kit" | cut -f1)); run: $kit/check.sh  (or --sim)"

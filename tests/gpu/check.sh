@@ -169,6 +169,29 @@ for family in alloc vmm; do
   fi
 done
 
+# The ledger against NVML's per-process usage: a tenant holding 2 x 512 MiB must show at
+# least that in both; the difference is the context memory the ledger charges as overhead.
+QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
+  --bytes 512Mi --count 2 --hold-ms 2000 >"$work/hold.json" 2>"$work/hold.err" &
+holder=$!
+ledger= nvml=
+for _ in $(seq 30); do
+  sleep 0.1
+  quantactl status --json >"$work/status.json" 2>/dev/null || continue
+  ledger=$(json_get "$work/status.json" \
+    "sum(t.get('memory_used',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$holder)")
+  python3 "$here/nvml_procs.py" >"$work/nvml.json" 2>/dev/null || python3 "$kit/nvml_procs.py" >"$work/nvml.json" 2>/dev/null
+  nvml=$(json_get "$work/nvml.json" "j.get('$holder', 0)")
+  (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )) && break
+done
+wait "$holder"
+if (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )); then
+  record ledger-vs-nvml PASS "ledger $((ledger >> 20)) MiB, NVML $((nvml >> 20)) MiB for a tenant holding 1024 MiB" \
+    "{\"ledger_bytes\": $ledger, \"nvml_bytes\": $nvml, \"difference_bytes\": $((ledger - nvml))}"
+else
+  record ledger-vs-nvml FAIL "ledger ${ledger:-?} bytes, NVML ${nvml:-?} bytes for a tenant holding 1 GiB"
+fi
+
 # PyTorch: the cap seen by torch.cuda.mem_get_info, OutOfMemoryError past it (also through
 # the VMM path with expandable segments), launches from cudart reaching the gate.
 if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && [[ $mode == real ]]; then
