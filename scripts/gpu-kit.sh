@@ -14,4 +14,6 @@ done
 cp "$build/lib/libquanta.so" "$kit/lib/"
 cp -P "$build"/sim/lib* "$kit/sim/"
 cp "$root/tests/gpu/check.sh" "$root/tests/gpu/torch_checks.py" "$root/tests/gpu/nvml_procs.py" "$kit/"
+# Debug info off: the kit must travel small (USDT notes and symbols stay).
+find "$kit/bin" "$kit/lib" "$kit/sim" -type f -exec strip --strip-debug {} +
 echo "gpu-kit: $kit ($(du -sh "$kit" | cut -f1)); run: $kit/check.sh  (or --sim)"
