@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -294,7 +295,12 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     if (before == TenantState::kIdle && sched.state(slot) == TenantState::kWaiting) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
     }
-    sched.set_activity(slot, ch.last_launch_ns.load(std::memory_order_relaxed),
+    // The shim stamps last_launch_ns at every launch only while it sees waiters published
+    // here (otherwise once per coarse clock tick, to keep launches cheap), so launches
+    // before the publication count as made at it: a holder is idle only after
+    // idle_release without a launch since others were seen waiting.
+    const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
+    sched.set_activity(slot, std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
     if (ch.released_turn.load(std::memory_order_acquire) ==
         region.slots[slot].turn.load(std::memory_order_acquire)) {
@@ -317,7 +323,13 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   auto holder = sched.holder();
   bool holding = holder && sched.state(*holder) == TenantState::kHolding;
   region.header.holder.store(holding ? *holder : common::kNoSlot, std::memory_order_release);
-  region.header.waiters.store(sched.waiting_count(), std::memory_order_relaxed);
+  const uint32_t waiting = sched.waiting_count();
+  region.header.waiters.store(waiting, std::memory_order_relaxed);
+  if (waiting == 0) {
+    gpu.waiters_visible_ns = 0;
+  } else if (gpu.waiters_visible_ns == 0) {
+    gpu.waiters_visible_ns = monotonic_ns();
+  }
   gpu.timer.arm_at(sched.next_deadline());
 }
 

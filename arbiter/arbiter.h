@@ -30,6 +30,8 @@ struct Gpu {
   Timer timer;
   std::map<SlotId, pid_t> slot_pids;  // admitted slots on this GPU
   bool dirty = true;                  // needs a sync from shared memory and a decision
+  // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
+  uint64_t waiters_visible_ns = 0;
 };
 
 struct Process {

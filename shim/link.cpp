@@ -1,11 +1,13 @@
 // The arbiter link inside libquanta.so: connects lazily to the tenant socket, attaches each
-// device the process uses, runs the launch gate (fast path: one counter and one load) and
-// one link thread per process that drains and releases on revoke, notices a lapsed lease
-// and reconnects after an arbiter restart. Every failure degrades to ungated pass-through.
+// device the process uses, runs the launch gate (fast path: plain stores to this thread's
+// lines and a few loads) and one link thread per process that drains and releases on
+// revoke, notices a lapsed lease and reconnects after an arbiter restart. Every failure
+// degrades to ungated pass-through.
 #include "shim/link.h"
 
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -51,6 +53,8 @@ constexpr uint64_t kLinkWaitSliceNs = 50 * kNsPerMs;     // the link thread's lo
 constexpr uint64_t kBusyGapNs = 10 * kNsPerMs;           // launch gaps longer than this are idleness
 constexpr uint32_t kBusyRunLaunches = 4;                 // short gaps in a row before the estimate counts
 constexpr uint64_t kInflightClearSlackNs = 200 * 1000;   // lateness allowed before clearing the estimate
+constexpr uint32_t kLaunchFlushBatch = 64;               // thread-local launches published at most this late
+constexpr uint32_t kMaxGateThreads = 1024;               // threads with their own gate mark; later ones share a counter
 constexpr uint64_t kReconnectEveryNs = 100 * kNsPerMs;   // after the arbiter went away
 constexpr uint64_t kRefusedRetryNs = 1000 * kNsPerMs;    // after a reconnect was refused
 constexpr uint64_t kDefaultLeaseNs = 1000 * kNsPerMs;    // when a region leaves lease_ns at 0
@@ -122,13 +126,18 @@ enum BindingState : uint32_t {
 struct Binding {
   std::atomic<uint32_t> state{kEmpty};
   std::atomic<Route*> route{nullptr};
-  std::atomic<uint32_t> launchers_inside{0};  // this process's launchers past the gate
+  // Launchers past the gate that have no thread mark of their own (see ThreadGate).
+  std::atomic<uint32_t> launchers_inside{0};
   std::atomic<uint32_t> lapsed{0};            // the arbiter's heartbeat went stale
   std::atomic<uint32_t> lapse_logged{0};
   // Moving average of the gaps between this process's launches while it is busy: the
   // basis of the queued-work estimate published in GateChannel::inflight_ns.
   std::atomic<uint64_t> gap_average_ns{0};
   std::atomic<uint32_t> busy_run{0};  // consecutive launches at most kBusyGapNs apart
+  // Activity stamps: the CLOCK_MONOTONIC_COARSE tick of the last precise stamp, and the
+  // channel's launch count then (the gap average divides by launches since).
+  std::atomic<uint64_t> stamped_tick{0};
+  std::atomic<uint64_t> stamped_launches{0};
   char uuid[common::kUuidLen] = {};
   // Link thread only:
   uint32_t handled_turn = 0;
@@ -188,6 +197,29 @@ QUANTA_TLS uint32_t t_gate_depth = 0;
 QUANTA_TLS Binding* t_entered[kMaxEntered] = {};
 QUANTA_TLS bool t_in_link = false;
 
+// The revoke handshake (a launcher marks itself inside, then reads the turn; the link thread
+// sees the even turn, then waits until no launcher is inside) needs a store-load barrier
+// between the mark and the turn read. A lock-prefixed instruction per launch costs tens of
+// nanoseconds, so each thread marks a line of its own with a plain store, and the link
+// thread, on the rare revoke, issues membarrier(PRIVATE_EXPEDITED): a full barrier on every
+// thread of the process, after which each launcher either shows its mark or reads the even
+// turn. Where membarrier is unavailable (old kernel, seccomp), the marks are seq_cst stores.
+struct alignas(64) ThreadGate {
+  std::atomic<uint32_t> owner{0};         // 1 while a live thread owns the record
+  std::atomic<uint8_t> inside[kMaxGpus];  // per binding: nesting of this thread's entries
+};
+ThreadGate g_thread_gates[kMaxGateThreads];
+std::atomic<uint32_t> g_thread_gates_used{0};  // records ever claimed (the link thread scans these)
+std::atomic<uint32_t> g_asymmetric{0};         // 1: membarrier registered, marks are plain stores
+uint64_t g_coarse_tick_ns = 4 * kNsPerMs;       // CLOCK_MONOTONIC_COARSE resolution (link thread)
+std::atomic<uint32_t> g_thread_key_state{0};   // 0 none, 1 creating, 2 created, 3 failed
+pthread_key_t g_thread_key;
+QUANTA_TLS ThreadGate* t_gate = nullptr;
+QUANTA_TLS bool t_gate_claimed = false;  // tried once (the record may still be nullptr: pool full)
+// Launches counted here and added to GateChannel::launches in batches (at each activity
+// stamp, every kLaunchFlushBatch launches and when the thread ends).
+QUANTA_TLS uint32_t t_pending_launches[kMaxGpus] = {};
+
 struct InLink {
   bool previous;
   InLink() : previous(t_in_link) { t_in_link = true; }
@@ -211,6 +243,118 @@ bool lease_stale(const ControlRegion* control, uint64_t now) {
   uint64_t lease = control->header.lease_ns.load(std::memory_order_relaxed);
   if (lease == 0) lease = kDefaultLeaseNs;
   return now > heartbeat && now - heartbeat > lease;
+}
+
+uint64_t coarse_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * kNsPerSec + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint32_t binding_index(const Binding* binding) { return static_cast<uint32_t>(binding - g_bindings); }
+
+// ---------------------------------------------------------------------------------------
+// Thread gate marks (see ThreadGate).
+// ---------------------------------------------------------------------------------------
+
+void publish_pending_launches(uint32_t index) {
+  const uint32_t pending = t_pending_launches[index];
+  if (pending == 0) return;
+  t_pending_launches[index] = 0;
+  const Route* route = g_bindings[index].route.load(std::memory_order_acquire);
+  if (route) route->channel->launches.fetch_add(pending, std::memory_order_relaxed);
+}
+
+// pthread key destructor: the thread ends, its counts are published and its record freed.
+void thread_gate_exit(void* record) {
+  for (uint32_t index = 0; index < kMaxGpus; ++index) publish_pending_launches(index);
+  if (record != t_gate || t_gate == nullptr) return;  // no record of its own (pool full)
+  t_gate = nullptr;
+  static_cast<ThreadGate*>(record)->owner.store(0, std::memory_order_release);
+}
+
+void claim_thread_gate() {
+  t_gate_claimed = true;
+  uint32_t key_state = g_thread_key_state.load(std::memory_order_acquire);
+  if (key_state == 0 && g_thread_key_state.compare_exchange_strong(key_state, 1, std::memory_order_acq_rel)) {
+    key_state = pthread_key_create(&g_thread_key, &thread_gate_exit) == 0 ? 2 : 3;
+    g_thread_key_state.store(key_state, std::memory_order_release);
+  }
+  while ((key_state = g_thread_key_state.load(std::memory_order_acquire)) == 1) cpu_relax();
+  if (key_state != 2) return;  // no way to free a record at thread exit: use the shared counter
+  for (uint32_t i = 0; i < kMaxGateThreads; ++i) {
+    uint32_t expected = 0;
+    if (!g_thread_gates[i].owner.compare_exchange_strong(expected, 1, std::memory_order_acq_rel)) continue;
+    // Raised before the first mark, so a link thread that sees the mark scans this record.
+    uint32_t used = g_thread_gates_used.load(std::memory_order_relaxed);
+    while (used < i + 1 && !g_thread_gates_used.compare_exchange_weak(used, i + 1, std::memory_order_seq_cst)) {
+    }
+    t_gate = &g_thread_gates[i];
+    pthread_setspecific(g_thread_key, t_gate);
+    return;
+  }
+  // Pool full: only the pending launch counts need the destructor.
+  pthread_setspecific(g_thread_key, &g_thread_key_state);
+}
+
+// Marks this thread inside the gate of `binding`; the caller reads the turn next.
+inline void mark_inside(Binding* binding) {
+  ThreadGate* gate = t_gate;
+  if (__builtin_expect(gate == nullptr, 0)) {
+    binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);
+    return;
+  }
+  std::atomic<uint8_t>& mark = gate->inside[binding_index(binding)];
+  const uint8_t value = static_cast<uint8_t>(mark.load(std::memory_order_relaxed) + 1);
+  if (__builtin_expect(g_asymmetric.load(std::memory_order_relaxed) != 0, 1)) {
+    mark.store(value, std::memory_order_relaxed);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the turn read after it
+  } else {
+    mark.store(value, std::memory_order_seq_cst);
+  }
+}
+
+inline void mark_outside(Binding* binding) {
+  ThreadGate* gate = t_gate;
+  if (__builtin_expect(gate == nullptr, 0)) {
+    binding->launchers_inside.fetch_sub(1, std::memory_order_release);
+    return;
+  }
+  std::atomic<uint8_t>& mark = gate->inside[binding_index(binding)];
+  mark.store(static_cast<uint8_t>(mark.load(std::memory_order_relaxed) - 1), std::memory_order_release);
+}
+
+// Link thread, after it saw an even turn: true while a launcher that read the odd turn
+// before it may still be submitting.
+bool anyone_inside(const Binding* binding) {
+  if (binding->launchers_inside.load(std::memory_order_seq_cst) != 0) return true;
+  const uint32_t index = binding_index(binding);
+  const uint32_t used = g_thread_gates_used.load(std::memory_order_seq_cst);
+  for (uint32_t i = 0; i < used; ++i) {
+    if (g_thread_gates[i].inside[index].load(std::memory_order_seq_cst) != 0) return true;
+  }
+  return false;
+}
+
+// The heavy half of the asymmetric barrier: after it, every launcher's plain mark store is
+// visible or that launcher reads the turn the link thread already saw.
+void launcher_barrier() {
+  if (!g_asymmetric.load(std::memory_order_relaxed)) return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0) return;
+  // Registered expedited membarrier does not fail; should it, marks become seq_cst from
+  // now on and the launchers that used a plain store get a millisecond to show it.
+  g_asymmetric.store(0, std::memory_order_seq_cst);
+  timespec pause{0, static_cast<long>(kNsPerMs)};
+  nanosleep(&pause, nullptr);
+}
+
+void register_launcher_barrier() {
+  if (g_asymmetric.load(std::memory_order_relaxed)) return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0) {
+    g_asymmetric.store(1, std::memory_order_seq_cst);
+  } else {
+    QUANTA_LOG_INFO("membarrier unavailable: each launch marks the gate with a locked store");
+  }
 }
 
 void copy_text(char* out, size_t capacity, const char* text) {
@@ -509,6 +653,8 @@ void reset_in_child() {
     binding.state.store(kEmpty);
     binding.route.store(nullptr);
     binding.launchers_inside.store(0);
+    binding.stamped_tick.store(0);
+    binding.stamped_launches.store(0);
     binding.lapsed.store(0);
     binding.lapse_logged.store(0);
     binding.gap_average_ns.store(0);
@@ -520,6 +666,18 @@ void reset_in_child() {
     entry.binding.store(nullptr);
     entry.context.store(nullptr);
   }
+  // Only this thread lives on in the child: every record is free again, and the
+  // membarrier registration is redone when the child links.
+  for (ThreadGate& gate : g_thread_gates) {
+    gate.owner.store(0);
+    for (std::atomic<uint8_t>& mark : gate.inside) mark.store(0);
+  }
+  g_thread_gates_used.store(0);
+  g_asymmetric.store(0);
+  if (g_thread_key_state.load() == 2) pthread_setspecific(g_thread_key, nullptr);
+  t_gate = nullptr;
+  t_gate_claimed = false;
+  for (uint32_t& pending : t_pending_launches) pending = 0;
   t_last = LastHit{nullptr, nullptr, 0};
   t_gate_depth = 0;
   t_in_link = false;
@@ -554,11 +712,15 @@ void drain(Binding* binding) {
 
 // Link thread: clears the estimate once the process stopped launching for that long, so an
 // idle holder is released. Returns how soon it wants to look again (0: nothing pending).
-uint64_t expire_inflight(const Route* route, uint64_t now) {
+// A stamp made while nobody waited (stamped_tick set) may be up to one coarse tick older
+// than the latest launch, so it counts from the end of that tick.
+uint64_t expire_inflight(const Binding* binding, const Route* route, uint64_t now) {
   GateChannel* channel = route->channel;
   const uint64_t estimate = channel->inflight_ns.load(std::memory_order_relaxed);
   if (estimate == 0) return 0;
-  const uint64_t expires = channel->last_launch_ns.load(std::memory_order_relaxed) + estimate + kInflightClearSlackNs;
+  const uint64_t stale = binding->stamped_tick.load(std::memory_order_relaxed) != 0 ? g_coarse_tick_ns : 0;
+  const uint64_t expires =
+      channel->last_launch_ns.load(std::memory_order_relaxed) + stale + estimate + kInflightClearSlackNs;
   if (now >= expires) {
     channel->inflight_ns.store(0, std::memory_order_relaxed);
     return 0;
@@ -569,7 +731,8 @@ uint64_t expire_inflight(const Route* route, uint64_t now) {
 // A revoke: wait until no launcher of this process is inside the gate (later ones see the
 // even turn and block), drain, then publish the release and wake the arbiter.
 void release(Binding* binding, const Route* route, uint32_t turn) {
-  for (uint32_t spins = 0; binding->launchers_inside.load(std::memory_order_seq_cst) != 0; ++spins) {
+  launcher_barrier();
+  for (uint32_t spins = 0; anyone_inside(binding); ++spins) {
     if (spins < 64) {
       cpu_relax();
     } else if (spins < 1024) {
@@ -707,6 +870,9 @@ void wait_for_change(WaitEntry* entries, int count, uint64_t timeout_ns, bool* w
 void* link_thread_main(void*) {
   t_in_link = true;
   prctl(PR_SET_NAME, "quanta-link", 0, 0, 0);
+  timespec resolution;
+  if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) == 0)
+    g_coarse_tick_ns = static_cast<uint64_t>(resolution.tv_sec) * kNsPerSec + static_cast<uint64_t>(resolution.tv_nsec);
   bool waitv_missing = false;
   uint64_t next_reconnect = 0;
   WaitEntry entries[1 + kMaxGpus];
@@ -731,7 +897,7 @@ void* link_thread_main(void*) {
     for (Binding& binding : g_bindings) {
       const Route* route = binding.route.load(std::memory_order_acquire);
       if (!route) continue;
-      const uint64_t again = expire_inflight(route, now);
+      const uint64_t again = expire_inflight(&binding, route, now);
       if (again != 0 && again < timeout) timeout = again;
     }
     wait_for_change(entries, count, timeout, &waitv_missing);
@@ -741,7 +907,7 @@ void* link_thread_main(void*) {
       const Route* route = binding.route.load(std::memory_order_acquire);
       if (!route) continue;
       check_lease(&binding, route, now);
-      expire_inflight(route, now);
+      expire_inflight(&binding, route, now);
     }
     check_socket();
     if (!g_process.connected.load(std::memory_order_acquire) && now >= next_reconnect) {
@@ -795,6 +961,7 @@ void connect_first_time() {
                     options().socket_path, hello.text);
   }
   g_process.socket_lock.unlock();
+  if (outcome == kLinked) register_launcher_barrier();
   if (outcome == kLinked && !start_link_thread()) {
     QUANTA_LOG_WARN("cannot start the link thread: running ungated and uncapped");
     g_process.connected.store(0, std::memory_order_release);
@@ -939,19 +1106,34 @@ Binding* binding_for_context(CUcontext context) {
 // once per completed kernel (gaps as long as its kernels) must not look idle between
 // launches, so while launches keep coming at most kBusyGapNs apart the estimate is two
 // average gaps, and the link thread clears it once that long passed without a launch.
-void note_launch(Binding* binding, const Route* route) {
+//
+// A precise clock read per launch costs more than the rest of the gate, so launches are
+// counted per thread and last_launch_ns is stamped precisely only when someone can use it:
+// at every launch while other tenants wait for this GPU (ControlHeader::waiters; the arbiter
+// decides idleness only then, and counts from the moment it published the waiters), and
+// otherwise at the first launch of each coarse clock tick (4 ms here), which keeps the
+// estimate alive for the adaptive quantum. The gap average divides the time between stamps
+// by the launches between them.
+void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t tick) {
   GateChannel* channel = route->channel;
+  const uint32_t pending = t_pending_launches[index];
+  t_pending_launches[index] = 0;
+  const uint64_t launches = channel->launches.fetch_add(pending, std::memory_order_relaxed) + pending;
   const uint64_t now = monotonic_ns();
+  binding->stamped_tick.store(tick, std::memory_order_relaxed);
   const uint64_t previous = channel->last_launch_ns.load(std::memory_order_relaxed);
-  channel->launches.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t previous_launches = binding->stamped_launches.load(std::memory_order_relaxed);
+  binding->stamped_launches.store(launches, std::memory_order_relaxed);
   channel->last_launch_ns.store(now, std::memory_order_relaxed);
   if (previous == 0 || now <= previous) return;
-  if (now - previous >= kBusyGapNs) {
+  const uint64_t count = launches > previous_launches ? launches - previous_launches : 1;
+  const uint64_t gap = (now - previous) / count;
+  if (gap >= kBusyGapNs) {
     if (binding->busy_run.load(std::memory_order_relaxed) != 0) binding->busy_run.store(0, std::memory_order_relaxed);
     return;
   }
   uint64_t average = binding->gap_average_ns.load(std::memory_order_relaxed);
-  average = average - average / 8 + (now - previous) / 8;
+  average = average - average / 8 + gap / 8;
   binding->gap_average_ns.store(average, std::memory_order_relaxed);
   // A single short gap is no stream (a request that waited at the gate, then the next one
   // on schedule): only a run of them says work keeps being queued.
@@ -963,6 +1145,21 @@ void note_launch(Binding* binding, const Route* route) {
   const uint64_t estimate = 2 * average + 1;
   if (channel->inflight_ns.load(std::memory_order_relaxed) != estimate)
     channel->inflight_ns.store(estimate, std::memory_order_relaxed);
+}
+
+inline void note_launch(Binding* binding, const Route* route) {
+  const uint32_t index = binding_index(binding);
+  const uint32_t pending = ++t_pending_launches[index];
+  if (route->control->header.waiters.load(std::memory_order_relaxed) != 0) {
+    stamp_launch(binding, route, index, 0);
+    return;
+  }
+  const uint64_t tick = coarse_ns();
+  if (__builtin_expect(tick == binding->stamped_tick.load(std::memory_order_relaxed), 1)) {
+    if (__builtin_expect(pending >= kLaunchFlushBatch, 0)) publish_pending_launches(index);
+    return;
+  }
+  stamp_launch(binding, route, index, tick);
 }
 
 void record_wait(const Route* route, uint64_t waited_ns) {
@@ -977,7 +1174,7 @@ void record_wait(const Route* route, uint64_t waited_ns) {
 }
 
 // The slow path: ask for the GPU, wake the arbiter, sleep on the turn word. Returns with
-// launchers_inside incremented, either granted or passing because the lease lapsed or the
+// this thread marked inside, either granted or passing because the lease lapsed or the
 // slot is no longer this process's.
 void gate_slow(Binding* binding, const Route* route) {
   const uint64_t begin = monotonic_ns();
@@ -987,13 +1184,13 @@ void gate_slow(Binding* binding, const Route* route) {
   for (;;) {
     const Route* current = binding->route.load(std::memory_order_acquire);
     if (current) route = current;
-    binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);
+    mark_inside(binding);
     const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
     if (turn & 1u) {
       route->channel->want.store(0, std::memory_order_relaxed);
       break;
     }
-    binding->launchers_inside.fetch_sub(1, std::memory_order_seq_cst);
+    mark_outside(binding);
     const uint64_t now = monotonic_ns();
     if (lease_stale(route->control, now)) {
       binding->lapsed.store(1, std::memory_order_relaxed);
@@ -1001,11 +1198,11 @@ void gate_slow(Binding* binding, const Route* route) {
         QUANTA_LOG_WARN("the arbiter's lease on %s lapsed: launches run ungated until it is back (memory caps stay)",
                         binding->uuid);
       }
-      binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);
+      mark_inside(binding);
       break;
     }
     if (route->slot->pid.load(std::memory_order_relaxed) != pid) {
-      binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);  // not ours now: ungated
+      mark_inside(binding);  // not ours now: ungated
       break;
     }
     if (rang_at == 0 || now - rang_at >= kGateWaitSliceNs) {
@@ -1041,8 +1238,9 @@ void link_gate_enter(CUcontext context) {
   if (t_in_link) return;
   Binding* binding = binding_for_context(context);
   if (!binding) return;
+  if (__builtin_expect(!t_gate_claimed, 0)) claim_thread_gate();
   t_entered[depth] = binding;
-  binding->launchers_inside.fetch_add(1, std::memory_order_seq_cst);
+  mark_inside(binding);
   const Route* route = binding->route.load(std::memory_order_acquire);
   if (!route) return;  // device not attached: ungated
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
@@ -1054,7 +1252,7 @@ void link_gate_enter(CUcontext context) {
     note_launch(binding, route);
     return;
   }
-  binding->launchers_inside.fetch_sub(1, std::memory_order_seq_cst);
+  mark_outside(binding);
   gate_slow(binding, route);
 }
 
@@ -1064,7 +1262,7 @@ void link_gate_leave(CUcontext /*context*/, CUresult /*launched*/) {
   if (depth >= kMaxEntered) return;
   Binding* binding = t_entered[depth];
   t_entered[depth] = nullptr;
-  if (binding) binding->launchers_inside.fetch_sub(1, std::memory_order_release);
+  if (binding) mark_outside(binding);
 }
 
 void link_forget_context(CUcontext context) {
