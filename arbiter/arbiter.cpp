@@ -290,9 +290,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   for (const auto& [slot, pid] : gpu.slot_pids) {
     const Process& proc = processes_.at(pid);
     common::GateChannel& ch = channel(proc, gpu.index);
-    const TenantState before = sched.state(slot);
-    sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now);
-    if (before == TenantState::kIdle && sched.state(slot) == TenantState::kWaiting) {
+    if (sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now)) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
     }
     // The shim stamps last_launch_ns at every launch only while it sees waiters published
@@ -312,14 +310,13 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     }
   }
   apply(gpu, sched.decide(now));
-  for (const auto& [slot, pid] : gpu.slot_pids) {
+  // One walk over the scheduler's tenants: a lookup per slot made each pass quadratic.
+  sched.for_each_limit(now, [&](SlotId slot, uint64_t limit, uint64_t quantum) {
     common::ControlSlot& cs = region.slots[slot];
-    uint64_t limit = sched.inflight_limit_for(slot, now);
     if (cs.inflight_limit_ns.load(std::memory_order_relaxed) != limit)
       cs.inflight_limit_ns.store(limit);
-    uint64_t quantum = sched.quantum_for(slot);
     if (cs.quantum_ns.load(std::memory_order_relaxed) != quantum) cs.quantum_ns.store(quantum);
-  }
+  });
   auto holder = sched.holder();
   bool holding = holder && sched.state(*holder) == TenantState::kHolding;
   region.header.holder.store(holding ? *holder : common::kNoSlot, std::memory_order_release);

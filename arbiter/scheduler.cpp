@@ -45,6 +45,7 @@ Scheduler::Scheduler(SchedulerOptions options) : options_(options) {
 }
 
 void Scheduler::set_pod_policy(PodId pod, const common::Policy& policy) {
+  interactive_cache_valid_ = false;
   auto [it, inserted] = pods_.try_emplace(pod);
   it->second.policy = policy;
   if (it->second.policy.weight < common::kMinWeight) it->second.policy.weight = common::kMinWeight;
@@ -52,27 +53,32 @@ void Scheduler::set_pod_policy(PodId pod, const common::Policy& policy) {
 }
 
 void Scheduler::add_tenant(SlotId slot, PodId pod, uint64_t now) {
+  if (tenants_.count(slot) != 0) remove_tenant(slot, now);
+  interactive_cache_valid_ = false;
   auto [pit, inserted] = pods_.try_emplace(pod);
-  if (inserted) pit->second.vtime = pod_floor_;
+  Pod& home = pit->second;
+  if (inserted) home.vtime = pod_floor_;
   Tenant t;
+  t.slot = slot;
   t.pod = pod;
+  t.home = &home;
   t.last_active_ns = now;
   // Start level with the pod's other processes so a newcomer neither starves nor floods them.
   bool first = true;
-  for (const auto& [s, o] : tenants_) {
-    if (o.pod != pod) continue;
-    t.vtime = first ? o.vtime : std::min(t.vtime, o.vtime);
+  for (const Tenant* o : home.members) {
+    t.vtime = first ? o->vtime : std::min(t.vtime, o->vtime);
     first = false;
   }
   t.holds.push_back({now, now});  // marks when the tenant arrived (for the achieved share)
-  tenants_[slot] = std::move(t);
+  Tenant& added = tenants_[slot] = std::move(t);
+  home.members.push_back(&added);
 }
 
 bool Scheduler::adopt_holder(SlotId slot, uint64_t now) {
   auto it = tenants_.find(slot);
   if (it == tenants_.end() || holder_) return false;
   Tenant& t = it->second;
-  t.state = TenantState::kHolding;
+  set_state(t, TenantState::kHolding);
   t.grant_ns = now;
   t.quantum_end_ns = now + quantum_for(slot);
   Pod& pod = pod_of(t);
@@ -94,13 +100,18 @@ void Scheduler::remove_tenant(SlotId slot, uint64_t now) {
     end_hold(slot, it->second, now);
     draining_.reset();
   }
+  Tenant& t = it->second;
+  set_state(t, TenantState::kIdle);
+  std::vector<Tenant*>& members = t.home->members;
+  members.erase(std::find(members.begin(), members.end(), &t));
   tenants_.erase(it);
+  interactive_cache_valid_ = false;
   refresh_pod_activity(pod, now);
 }
 
-void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
+bool Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
   auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return;
+  if (it == tenants_.end()) return false;
   Tenant& t = it->second;
   t.want = want;
   if (want && t.state == TenantState::kIdle) {
@@ -111,23 +122,26 @@ void Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
     Pod& pod = pod_of(t);
     bool found = false;
     uint64_t min_peer = 0;
-    for (const auto& [s, o] : tenants_) {
-      if (s == slot || o.pod != t.pod || !is_active(o)) continue;
-      uint64_t v = o.vtime;
-      if (holds_open(s, o)) v += sat_sub(now, o.grant_ns);
+    for (const Tenant* o : pod.members) {
+      if (o == &t || !is_active(*o)) continue;
+      uint64_t v = o->vtime;
+      if (holds_open(o->slot, *o)) v += sat_sub(now, o->grant_ns);
       min_peer = found ? std::min(min_peer, v) : v;
       found = true;
     }
     if (found) pod.tenant_floor = std::max(pod.tenant_floor, min_peer);
     t.vtime = std::max(t.vtime, sat_sub(pod.tenant_floor, options_.lag_ns));
-    t.state = TenantState::kWaiting;
+    set_state(t, TenantState::kWaiting);
     t.wait_since_ns = now;
     t.last_active_ns = now;
     refresh_pod_activity(t.pod, now);
-  } else if (!want && t.state == TenantState::kWaiting) {
-    t.state = TenantState::kIdle;
+    return true;
+  }
+  if (!want && t.state == TenantState::kWaiting) {
+    set_state(t, TenantState::kIdle);
     refresh_pod_activity(t.pod, now);
   }
+  return false;
 }
 
 void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,
@@ -198,7 +212,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
     Tenant& d = tenants_.at(ds);
     if (now >= d.revoke_ns + options_.revoke_timeout_ns) {
       end_hold(ds, d, now);
-      d.state = TenantState::kPassedOver;
+      set_state(d, TenantState::kPassedOver);
       ++d.pass_overs;
       draining_.reset();
       refresh_pod_activity(d.pod, now);
@@ -248,9 +262,12 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
             if (h.inflight_ns == 0 && now >= last + options_.idle_release_ns) {
               revoke = true;
             } else {
-              // The hints move without events: look again after another idle period.
-              arm(h.inflight_ns == 0 ? last + options_.idle_release_ns
-                                     : now + options_.idle_release_ns);
+              // The hints move without events. A busy holder's estimate lapses no sooner
+              // than its own length after the last launch, so look again then rather than
+              // every idle period: with many waiters a fixed short timer wakes the arbiter
+              // hundreds of times a second for a holder that is plainly busy.
+              uint64_t idle_at = last + std::max(h.inflight_ns, options_.idle_release_ns);
+              arm(idle_at > now ? idle_at : now + options_.idle_release_ns);
             }
           }
           if (!revoke && *best_waiting < hp.policy.priority) {
@@ -263,7 +280,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
           }
         }
         if (revoke) {
-          h.state = TenantState::kRevoking;
+          set_state(h, TenantState::kRevoking);
           h.revoke_ns = now;
           out.push_back({Action::Kind::kRevoke, hs});
           arm(now + options_.revoke_timeout_ns);
@@ -280,7 +297,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
           changed = true;
         } else if (now >= h.revoke_ns + options_.revoke_timeout_ns) {
           end_hold(hs, h, now);
-          h.state = TenantState::kPassedOver;
+          set_state(h, TenantState::kPassedOver);
           ++h.pass_overs;
           holder_.reset();
           refresh_pod_activity(h.pod, now);
@@ -310,6 +327,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
   for (auto& [s, t] : tenants_) {
     if (is_active(t)) t.last_active_ns = now;
   }
+  interactive_cache_valid_ = false;
   return out;
 }
 
@@ -319,15 +337,22 @@ TenantState Scheduler::state(SlotId slot) const {
 }
 
 uint64_t Scheduler::quantum_for(SlotId slot) const {
-  uint64_t q = options_.quantum_ns;
   auto it = tenants_.find(slot);
-  if (it != tenants_.end()) {
-    const Pod& p = pod_of(it->second);
-    if (p.policy.quantum_ns != 0) {
-      q = p.policy.quantum_ns;
-    } else {
-      q = std::max(q, it->second.kernel_ns * kKernelsPerQuantum);
-    }
+  if (it == tenants_.end()) {
+    return std::clamp(options_.quantum_ns, options_.quantum_min_ns, options_.quantum_max_ns);
+  }
+  return quantum_of(it->second);
+}
+
+uint64_t Scheduler::quantum_of(const Tenant& t) const {
+  uint64_t q = options_.quantum_ns;
+  const Pod& p = pod_of(t);
+  if (p.policy.quantum_ns != 0) {
+    q = p.policy.quantum_ns;
+  } else {
+    uint64_t stretch = t.kernel_ns * kKernelsPerQuantum;
+    uint64_t round_cap = options_.share_window_ns / std::max<uint64_t>(active_count_, 1);
+    q = std::max(q, std::min(stretch, round_cap));
   }
   return std::clamp(q, options_.quantum_min_ns, options_.quantum_max_ns);
 }
@@ -335,16 +360,27 @@ uint64_t Scheduler::quantum_for(SlotId slot) const {
 uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return options_.quantum_ns;
-  if (pod_of(it->second).policy.priority != common::Priority::kInteractive) {
-    for (const auto& [s, t] : tenants_) {
-      bool interactive = pod_of(t).policy.priority == common::Priority::kInteractive;
-      // "Active" reaches back one share window: interactive tenants idle between requests.
-      if (interactive && (is_active(t) || t.last_active_ns + options_.share_window_ns >= now)) {
-        return options_.quantum_min_ns;
-      }
-    }
+  if (pod_of(it->second).policy.priority != common::Priority::kInteractive &&
+      interactive_recent(now)) {
+    return options_.quantum_min_ns;
   }
   return quantum_for(slot);
+}
+
+bool Scheduler::interactive_recent(uint64_t now) const {
+  if (interactive_cache_valid_ && interactive_cache_now_ == now) return interactive_cache_;
+  bool recent = false;
+  for (const auto& [id, pod] : pods_) {
+    if (pod.policy.priority != common::Priority::kInteractive) continue;
+    for (const Tenant* t : pod.members) {
+      // "Active" reaches back one share window: interactive tenants idle between requests.
+      if (is_active(*t) || t->last_active_ns + options_.share_window_ns >= now) recent = true;
+    }
+  }
+  interactive_cache_now_ = now;
+  interactive_cache_valid_ = true;
+  interactive_cache_ = recent;
+  return recent;
 }
 
 uint32_t Scheduler::waiting_count() const {
@@ -411,21 +447,36 @@ std::vector<TenantReport> Scheduler::report(uint64_t now) const {
 }
 
 Scheduler::Pod& Scheduler::pod_of(const Tenant& t) {
-  return pods_.at(t.pod);
+  return *t.home;
 }
 const Scheduler::Pod& Scheduler::pod_of(const Tenant& t) const {
-  return pods_.at(t.pod);
+  return *t.home;
 }
 
-bool Scheduler::is_active(const Tenant& t) const {
+bool Scheduler::is_active(const Tenant& t) {
   return t.state == TenantState::kWaiting || t.state == TenantState::kHolding ||
          t.state == TenantState::kRevoking;
 }
 
+void Scheduler::set_state(Tenant& t, TenantState state) {
+  const bool was = is_active(t);
+  t.state = state;
+  const bool is = is_active(t);
+  if (was != is) {
+    if (is) {
+      ++t.home->active_tenants;
+      ++active_count_;
+    } else {
+      --t.home->active_tenants;
+      --active_count_;
+    }
+    interactive_cache_valid_ = false;
+  }
+}
+
 void Scheduler::refresh_pod_activity(PodId id, uint64_t now) {
   Pod& pod = pods_.at(id);
-  bool active = false;
-  for (const auto& [s, t] : tenants_) active = active || (t.pod == id && is_active(t));
+  const bool active = pod.active_tenants != 0;
   if (active && !pod.active) {
     // A waking pod starts no further back than the lag behind the floor: the least-served
     // active pod, never lowered (pods that woke just before it do not pull it down, or
@@ -475,7 +526,7 @@ uint64_t Scheduler::used_in_window(const Pod& pod, uint64_t now) const {
   for (std::optional<SlotId> s : {holder_, draining_}) {
     if (!s) continue;
     const Tenant& h = tenants_.at(*s);
-    if (&pods_.at(h.pod) == &pod && holds_open(*s, h)) {
+    if (h.home == &pod && holds_open(*s, h)) {
       used += overlap(pod.open_since, now, from, now);
     }
   }
@@ -544,7 +595,7 @@ void Scheduler::end_hold(SlotId slot, Tenant& t, uint64_t now) {
 
 void Scheduler::grant(SlotId slot, uint64_t now) {
   Tenant& t = tenants_.at(slot);
-  t.state = TenantState::kHolding;
+  set_state(t, TenantState::kHolding);
   t.grant_ns = now;
   t.quantum_end_ns = now + quantum_for(slot);
   t.last_active_ns = now;
@@ -556,12 +607,16 @@ void Scheduler::grant(SlotId slot, uint64_t now) {
 }
 
 void Scheduler::after_release(Tenant& t, uint64_t now) {
-  t.state = t.want ? TenantState::kWaiting : TenantState::kIdle;
+  set_state(t, t.want ? TenantState::kWaiting : TenantState::kIdle);
   if (t.want) t.wait_since_ns = now;
   refresh_pod_activity(t.pod, now);
 }
 
 void Scheduler::trim(uint64_t now) {
+  // Intervals older than the windows add nothing to the sums (they overlap no window), so
+  // a few trims per window bound the memory without a walk over every tenant per pass.
+  if (now < next_trim_ns_) return;
+  next_trim_ns_ = now + std::min(options_.share_window_ns, options_.stats_window_ns) / 8;
   uint64_t share_from = sat_sub(now, options_.share_window_ns);
   for (auto& [id, pod] : pods_) {
     while (!pod.usage.empty() && pod.usage.front().end < share_from) pod.usage.pop_front();

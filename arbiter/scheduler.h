@@ -72,8 +72,8 @@ class Scheduler {
   void remove_tenant(SlotId slot, uint64_t now);
   bool has_tenant(SlotId slot) const { return tenants_.count(slot) != 0; }
 
-  // GateChannel::want as last read.
-  void set_want(SlotId slot, bool want, uint64_t now);
+  // GateChannel::want as last read. True when it woke the tenant (idle to waiting).
+  bool set_want(SlotId slot, bool want, uint64_t now);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its own hold).
   void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
   // The tenant published a release of its current turn (odd: voluntary give-back).
@@ -90,11 +90,23 @@ class Scheduler {
   TenantState state(SlotId slot) const;
   // The tenant's quantum: the pod's own if it set one, else the node quantum stretched to
   // cover a few of its observed kernels (so switches stay a small fraction of GPU time),
-  // clamped to the node bounds.
+  // clamped to the node bounds. The stretch stops where a round of every active tenant
+  // would outlast the share window: with many tenants, long quanta make the rounds so
+  // coarse that shares measured over seconds drift far from the weights.
   uint64_t quantum_for(SlotId slot) const;
   // GPU time the tenant may keep queued: its quantum, or quantum_min for a non-interactive
   // tenant while an interactive one is active, so long queues cannot set its latency.
   uint64_t inflight_limit_for(SlotId slot, uint64_t now) const;
+  // inflight_limit_for and quantum_for of every tenant in one walk (no lookup per slot).
+  template <typename F>
+  void for_each_limit(uint64_t now, F&& f) const {
+    const bool shrink = interactive_recent(now);
+    for (const auto& [slot, t] : tenants_) {
+      const uint64_t quantum = quantum_of(t);
+      const bool interactive = t.home->policy.priority == common::Priority::kInteractive;
+      f(slot, shrink && !interactive ? options_.quantum_min_ns : quantum, quantum);
+    }
+  }
   uint32_t waiting_count() const;
   std::vector<TenantReport> report(uint64_t now) const;
   const SchedulerOptions& options() const { return options_; }
@@ -104,8 +116,11 @@ class Scheduler {
     uint64_t start;
     uint64_t end;
   };
+  struct Tenant;
   struct Pod {
     common::Policy policy;
+    std::vector<Tenant*> members;  // its tenants (map nodes are stable), so no pass scans all
+    uint32_t active_tenants = 0;   // members waiting, holding or revoking
     uint64_t vtime = 0;
     uint64_t tenant_floor = 0;  // least-served active process's vtime, never lowered
     bool active = false;
@@ -113,7 +128,9 @@ class Scheduler {
     uint64_t open_since = 0;     // start of the current hold, when one of its tenants holds
   };
   struct Tenant {
+    SlotId slot = 0;
     PodId pod = 0;
+    Pod* home = nullptr;  // pods_ entries are never erased: looked up once, at add_tenant
     TenantState state = TenantState::kIdle;
     bool want = false;
     uint64_t vtime = 0;  // among the pod's own processes, unweighted ns
@@ -132,9 +149,13 @@ class Scheduler {
   };
 
   bool holds_open(SlotId slot, const Tenant& t) const;
+  uint64_t quantum_of(const Tenant& t) const;
   Pod& pod_of(const Tenant& t);
   const Pod& pod_of(const Tenant& t) const;
-  bool is_active(const Tenant& t) const;
+  static bool is_active(const Tenant& t);
+  // Every state change goes through here, so the pod's active count stays exact.
+  void set_state(Tenant& t, TenantState state);
+  bool interactive_recent(uint64_t now) const;
   void refresh_pod_activity(PodId pod, uint64_t now);
   uint64_t pod_vtime_now(PodId id, const Pod& pod, uint64_t now) const;
   uint64_t weight_of(const Pod& pod) const;
@@ -157,7 +178,14 @@ class Scheduler {
   std::optional<SlotId> draining_;
   std::vector<Action> pending_;
   uint64_t next_deadline_ = 0;
-  uint64_t pod_floor_ = 0;  // lowest active pod vtime seen: waking pods are lifted near it
+  uint64_t pod_floor_ = 0;     // lowest active pod vtime seen: waking pods are lifted near it
+  uint64_t next_trim_ns_ = 0;  // old holds only cost memory: trimmed now and then, not per pass
+  uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods
+  // interactive_recent() for one `now`: the arbiter asks once per tenant after every
+  // decision, and a scan per question would make each pass quadratic in the tenants.
+  mutable uint64_t interactive_cache_now_ = 0;
+  mutable bool interactive_cache_valid_ = false;
+  mutable bool interactive_cache_ = false;
 };
 
 }  // namespace quanta::arbiter

@@ -26,14 +26,17 @@ class Sim {
     sched.add_tenant(slot, pod, now);
   }
   void want(SlotId slot, bool w = true) { sched.set_want(slot, w, now); }
-  // Busy tenants launch continuously.
-  void busy(SlotId slot, bool b = true) { busy_[slot] = b; }
+  // Busy tenants launch continuously, publishing `queued_ns` of queued work while holding.
+  void busy(SlotId slot, bool b = true, uint64_t queued_ns = 1) {
+    busy_[slot] = b;
+    queued_[slot] = queued_ns;
+  }
   void stopped(SlotId slot, bool s = true) { stopped_[slot] = s; }
 
   // Returns true when releases came back (a decision must follow at once).
   bool step() {
     for (auto& [slot, b] : busy_) {
-      if (b && sched.holder() == slot) sched.set_activity(slot, now, 1, now);
+      if (b && sched.holder() == slot) sched.set_activity(slot, now, queued_[slot], now);
     }
     auto actions = sched.decide(now);
     for (const Action& a : actions) {
@@ -95,6 +98,7 @@ class Sim {
     held_since_.erase(it);
   }
   std::map<SlotId, bool> busy_;
+  std::map<SlotId, uint64_t> queued_;
   std::map<SlotId, bool> stopped_;
   std::map<SlotId, uint64_t> held_since_;
   std::map<SlotId, uint64_t> held_;
@@ -548,6 +552,66 @@ TEST(Scheduler, InflightLimitShrinksWhileAnInteractiveTenantIsActive) {
   sim.step();
   EXPECT_EQ(sim.sched.inflight_limit_for(1, sim.now), 20 * kNsPerMs)
       << "long-idle interactive tenant still limits";
+}
+
+// Worst share error, in points, of 64 busy tenants (weights 1, 2, 4, 8 cycling) over the
+// 7.1 s a bench run measures after 0.5 s of warm-up; queued(slot) is the GPU time each
+// tenant keeps queued while it holds (what stretches its quantum).
+template <typename Queued>
+double sixty_four_tenant_error(SchedulerOptions o, Queued queued) {
+  Sim sim(o);
+  constexpr uint32_t kWeights[] = {1, 2, 4, 8};
+  for (SlotId s = 0; s < 64; ++s) sim.add(s, s, weight(kWeights[s % 4]));
+  for (SlotId s = 0; s < 64; ++s) sim.want(s), sim.busy(s, true, queued(s));
+  sim.run_until(sim.now + 500 * kNsPerMs);
+  std::map<SlotId, uint64_t> warm;
+  for (SlotId s = 0; s < 64; ++s) warm[s] = sim.held_ns(s);
+  sim.run_until(sim.now + 7100 * kNsPerMs);
+  double total = 0;
+  for (SlotId s = 0; s < 64; ++s) total += static_cast<double>(sim.held_ns(s) - warm[s]);
+  double worst = 0;
+  for (SlotId s = 0; s < 64; ++s) {
+    double share = static_cast<double>(sim.held_ns(s) - warm[s]) / total;
+    worst = std::max(worst, std::abs(share - kWeights[s % 4] / 240.0) * 100);
+  }
+  return worst;
+}
+
+TEST(Scheduler, SixtyFourTenantsShareWithinThreePoints) {
+  // Every tenant keeps 25 ms queued: stretched, that is the 100 ms quantum_max each, and a
+  // round of 64 such holds (6.4 s) is as long as the whole measurement, so shares would be
+  // set by where the rounds happen to stop.
+  auto long_queues = [](SlotId) { return 25 * kNsPerMs; };
+  SchedulerOptions o;
+  {
+    Sim sim(o);
+    for (SlotId s = 0; s < 64; ++s) sim.add(s, s);
+    for (SlotId s = 0; s < 64; ++s) sim.want(s);
+    sim.step();
+    for (int i = 0; i < 50; ++i)
+      sim.sched.set_activity(*sim.sched.holder(), sim.now, 25 * kNsPerMs, sim.now);
+    EXPECT_EQ(sim.sched.quantum_for(*sim.sched.holder()), o.quantum_ns)
+        << "with 64 active tenants a round of stretched quanta would outlast the share window";
+  }
+  // Without noise the scheduler does far better than the bench's 3 points; 1 point still
+  // fails the stretched rounds (about 1.5 points here).
+  EXPECT_LT(sixty_four_tenant_error(o, long_queues), 1.0);
+  EXPECT_LT(sixty_four_tenant_error(
+                o, [](SlotId s) { return s % 4 == 0 ? 25 * kNsPerMs : 4 * kNsPerMs; }),
+            1.0);
+}
+
+TEST(Scheduler, FewTenantsStillStretchTheirQuantum) {
+  SchedulerOptions o;
+  o.quantum_ns = 10 * kNsPerMs;
+  o.quantum_max_ns = 100 * kNsPerMs;
+  Sim sim(o);
+  for (SlotId s = 0; s < 5; ++s) sim.add(s, s);
+  for (SlotId s = 0; s < 5; ++s) sim.want(s);
+  sim.step();
+  SlotId h = *sim.sched.holder();
+  for (int i = 0; i < 50; ++i) sim.sched.set_activity(h, sim.now, 20 * kNsPerMs, sim.now);
+  EXPECT_GE(sim.sched.quantum_for(h), 75 * kNsPerMs) << "five tenants' round fits the window";
 }
 
 }  // namespace
