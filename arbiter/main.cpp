@@ -44,18 +44,23 @@ int main(int argc, char** argv) {
       files.rlim_cur = files.rlim_max;
       setrlimit(RLIMIT_NOFILE, &files);
     }
-    quanta::arbiter::Arbiter arbiter(config);
     if (!foreground) {
-      auto file =
-          spdlog::basic_logger_mt("quanta-arbiter", config.state_dir + "/quanta-arbiter.log");
+      // Detach before the Arbiter exists: its signalfd's epoll registration belongs to the
+      // process that made it, so a child forked afterwards would never see SIGTERM.
+      std::filesystem::create_directories(config.state_dir);
+      const std::string log_path = config.state_dir + "/quanta-arbiter.log";
+      auto file = spdlog::basic_logger_mt("quanta-arbiter", log_path);
       file->set_level(spdlog::level::from_str(level));
       spdlog::set_default_logger(file);
       spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
       spdlog::flush_on(spdlog::level::info);
+      std::fprintf(stderr, "quanta-arbiter: detaching; log in %s\n", log_path.c_str());
       if (daemon(0, 0) != 0) throw std::runtime_error("cannot detach (daemon failed)");
     }
+    quanta::arbiter::Arbiter arbiter(config);
     arbiter.run();
   } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());  // reaches the log file once detached
     std::fprintf(stderr, "quanta-arbiter: %s\n", e.what());
     return 1;
   }
