@@ -43,15 +43,17 @@ std::string missing_bpf_precondition() {
   return {};
 }
 
-#define REQUIRE_BPF_OR_SKIP()                                    \
+// A missing precondition skips the test, or fails it where CI sets QUANTA_REQUIRE_BPF=1.
+#define REQUIRE_OR_SKIP(missing_precondition)                    \
   do {                                                           \
-    const std::string why = missing_bpf_precondition();          \
+    const std::string why = (missing_precondition);              \
     if (!why.empty()) {                                          \
       const char* require = std::getenv("QUANTA_REQUIRE_BPF");   \
       if (require && std::string(require) == "1") FAIL() << why; \
       GTEST_SKIP() << why;                                       \
     }                                                            \
   } while (0)
+#define REQUIRE_BPF_OR_SKIP() REQUIRE_OR_SKIP(missing_bpf_precondition())
 
 // A temporary directory unique to this test process, removed at the end.
 class ScratchDir {
@@ -228,9 +230,9 @@ TEST(BpfOffcpu, PidThatDoesNotExistIsRejectedByNumber) {
 
 TEST(BpfOffcpu, PrometheusOutputPassesPromtool) {
   REQUIRE_BPF_OR_SKIP();
-  if (run_shell("command -v promtool >/dev/null") != 0) {
-    GTEST_SKIP() << "promtool is not installed (Debian package prometheus)";
-  }
+  REQUIRE_OR_SKIP(run_shell("command -v promtool >/dev/null") == 0
+                      ? std::string()
+                      : std::string("promtool is not installed (Debian package prometheus)"));
   SleepyChild traced;
   ScratchDir dir;
   const fs::path metrics = dir / "offcpu.prom";
@@ -328,9 +330,9 @@ TEST(BpfHandoff, TimelineIsChromeTraceJsonWithEveryProbeAndHandoff) {
 
 TEST(BpfHandoff, PrometheusOutputPassesPromtool) {
   REQUIRE_BPF_OR_SKIP();
-  if (run_shell("command -v promtool >/dev/null") != 0) {
-    GTEST_SKIP() << "promtool is not installed (Debian package prometheus)";
-  }
+  REQUIRE_OR_SKIP(run_shell("command -v promtool >/dev/null") == 0
+                      ? std::string()
+                      : std::string("promtool is not installed (Debian package prometheus)"));
   ScratchDir dir;
   const fs::path metrics = dir / "handoff.prom";
   const HandoffRun run = trace_emitter(5, {"--prometheus", metrics.string()});
