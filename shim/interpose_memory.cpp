@@ -355,56 +355,45 @@ uint64_t mipmapped_bytes(const CUDA_ARRAY3D_DESCRIPTOR& desc, unsigned levels) {
   return total;
 }
 
-template <typename Real, typename Handle, typename Descriptor>
-CUresult array_create(const char* name, Real real, Resource resource, Handle* handle,
-                      const Descriptor* desc, uint64_t bytes) noexcept {
+// Bytes of one array from any of its descriptor layouts (2D ones have no Depth).
+template <typename Descriptor>
+uint64_t descriptor_bytes(const Descriptor& desc) {
+  uint64_t depth = 1;
+  if constexpr (requires { desc.Depth; }) depth = desc.Depth;
+  return array_bytes(desc.Width, desc.Height, depth, desc.Format, desc.NumChannels);
+}
+
+template <typename Real, typename Descriptor>
+CUresult array_create(const char* name, Real real, CUarray* handle,
+                      const Descriptor* desc) noexcept {
   if (!real) return driver_entry_missing(name);
   if (shim_disabled() || !handle || !desc) return real(handle, desc);
   return counted_call(
-      current_target(), bytes, resource, [&] { return real(handle, desc); },
-      [&] { return key_of(*handle); });
+      current_target(), descriptor_bytes(*desc), Resource::array,
+      [&] { return real(handle, desc); }, [&] { return key_of(*handle); });
 }
 
 }  // namespace
 
 QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate(CUarray* pHandle,
                                              const CUDA_ARRAY_DESCRIPTOR_v1* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray
-                             ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-                                           pAllocateArray->Format, pAllocateArray->NumChannels)
-                             : 0;
-  return array_create("cuArrayCreate", QUANTA_REAL(cuArrayCreate), Resource::array, pHandle,
-                      pAllocateArray, bytes);
+  return array_create("cuArrayCreate", QUANTA_REAL(cuArrayCreate), pHandle, pAllocateArray);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuArrayCreate_v2(CUarray* pHandle,
                                                 const CUDA_ARRAY_DESCRIPTOR* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray
-                             ? array_bytes(pAllocateArray->Width, pAllocateArray->Height, 1,
-                                           pAllocateArray->Format, pAllocateArray->NumChannels)
-                             : 0;
-  return array_create("cuArrayCreate_v2", QUANTA_REAL(cuArrayCreate_v2), Resource::array, pHandle,
-                      pAllocateArray, bytes);
+  return array_create("cuArrayCreate_v2", QUANTA_REAL(cuArrayCreate_v2), pHandle, pAllocateArray);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate(CUarray* pHandle,
                                                const CUDA_ARRAY3D_DESCRIPTOR_v1* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-                                                      pAllocateArray->Depth, pAllocateArray->Format,
-                                                      pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArray3DCreate", QUANTA_REAL(cuArray3DCreate), Resource::array, pHandle,
-                      pAllocateArray, bytes);
+  return array_create("cuArray3DCreate", QUANTA_REAL(cuArray3DCreate), pHandle, pAllocateArray);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuArray3DCreate_v2(CUarray* pHandle,
                                                   const CUDA_ARRAY3D_DESCRIPTOR* pAllocateArray) {
-  const uint64_t bytes = pAllocateArray ? array_bytes(pAllocateArray->Width, pAllocateArray->Height,
-                                                      pAllocateArray->Depth, pAllocateArray->Format,
-                                                      pAllocateArray->NumChannels)
-                                        : 0;
-  return array_create("cuArray3DCreate_v2", QUANTA_REAL(cuArray3DCreate_v2), Resource::array,
-                      pHandle, pAllocateArray, bytes);
+  return array_create("cuArray3DCreate_v2", QUANTA_REAL(cuArray3DCreate_v2), pHandle,
+                      pAllocateArray);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuArrayDestroy(CUarray hArray) {
