@@ -2,10 +2,11 @@
 # root: they install what is missing, configure into build/, build, then run.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-asan demo bench gpu-kit clean format
+.PHONY: all deps configure build test test-asan test-fuzz demo bench gpu-kit clean format
 
 all: build
 
@@ -28,6 +29,13 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	scripts/run-tests.sh $(ASAN_BUILD) -L 'unit|integration'
 
+# libFuzzer targets (clang), each run for FUZZ_SECONDS over its seed corpus.
+FUZZ_SECONDS ?= 20
+test-fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQUANTA_FUZZ=ON -DQUANTA_BUILD_BPF=OFF -DQUANTA_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target quanta_fuzzers
+	scripts/run-tests.sh $(FUZZ_BUILD) -L fuzz
+
 demo: build
 	scripts/demo.sh $(BUILD)
 
@@ -41,4 +49,4 @@ format:
 	clang-format -i $$(git ls-files '*.cpp' '*.h' '*.c')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

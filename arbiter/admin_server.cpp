@@ -171,8 +171,17 @@ json Arbiter::handle_admin(const json& request) {
       r.pod_uid = request.value("pod_uid", "");
       r.pod_name = request.value("pod_name", "");
       r.pod_namespace = request.value("pod_namespace", "");
+      r.container_name = request.value("container_name", "");
       r.cgroup_path = request.value("cgroup_path", "");
       std::string err;
+      if (request.contains("devices")) {
+        const json& devices = request["devices"];
+        if (!devices.is_array()) return error("devices must be an array of GPU/MIG UUIDs");
+        for (const json& d : devices) {
+          if (!d.is_string()) return error("devices must be an array of GPU/MIG UUIDs");
+          r.devices.push_back(d.get<std::string>());
+        }
+      }
       if (!policy_map(request.value("policy", json::object()), &r.policy, &err)) return error(err);
       err = pods_.register_container(r);
       if (!err.empty()) return error(err);

@@ -28,6 +28,11 @@ std::string PodRegistry::register_container(const Registration& r) {
   if (r.pod_name.empty() && r.pod_uid.empty())
     return "register needs pod_name (with pod_namespace) or pod_uid";
   if (r.pod_key().size() >= common::kPodKeyLen) return "pod key " + r.pod_key() + " is too long";
+  for (const std::string& d : r.devices) {
+    if (d.size() >= common::kUuidLen || (d.rfind("GPU-", 0) != 0 && d.rfind("MIG-", 0) != 0))
+      return "container " + r.container_id + ": device \"" + d +
+             "\" is not a GPU or MIG UUID (GPU-… or MIG-…, as NVML reports it)";
+  }
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
     std::string err = apply_policy_value(&p, k, v);
@@ -175,7 +180,9 @@ void PodRegistry::load_state() {
       reg.pod_uid = r.value("pod_uid", "");
       reg.pod_name = r.value("pod_name", "");
       reg.pod_namespace = r.value("pod_namespace", "");
+      reg.container_name = r.value("container_name", "");
       reg.cgroup_path = r.value("cgroup_path", "");
+      reg.devices = r.value("devices", std::vector<std::string>{});
       reg.policy = r.value("policy", std::map<std::string, std::string>{});
       std::string err = register_container(reg);
       if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
@@ -204,7 +211,9 @@ void PodRegistry::save_state() const {
                                   {"pod_uid", r.pod_uid},
                                   {"pod_name", r.pod_name},
                                   {"pod_namespace", r.pod_namespace},
+                                  {"container_name", r.container_name},
                                   {"cgroup_path", r.cgroup_path},
+                                  {"devices", r.devices},
                                   {"policy", r.policy}});
   }
   j["overrides"] = overrides_;

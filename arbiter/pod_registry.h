@@ -23,7 +23,11 @@ struct Registration {
   std::string pod_uid;
   std::string pod_name;
   std::string pod_namespace;
+  std::string container_name;
   std::string cgroup_path;
+  // The GPUs the runtime gave the container, as UUIDs ("GPU-…"/"MIG-…"); its processes may
+  // attach to these only. Empty: the registration did not say (see the admin protocol).
+  std::vector<std::string> devices;
   std::map<std::string, std::string> policy;  // annotation values as text ("weight" → "4")
 
   // "namespace/name", or "uid:<uid>" when the pod has no name.
