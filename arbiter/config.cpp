@@ -138,6 +138,24 @@ bool valid_scope(const std::string& s) {
 
 }  // namespace
 
+const char* unplaced_name(UnplacedAction a) {
+  switch (a) {
+    case UnplacedAction::kOpen: return "open";
+    case UnplacedAction::kClosed: return "closed";
+    case UnplacedAction::kClosedIfCapped: return "closed-if-capped";
+  }
+  return "?";
+}
+
+const char* over_cap_name(OverCapAction a) {
+  switch (a) {
+    case OverCapAction::kReport: return "report";
+    case OverCapAction::kDeny: return "deny";
+    case OverCapAction::kKill: return "kill";
+  }
+  return "?";
+}
+
 common::Policy NodeConfig::policy_for(const std::string& pod) const {
   auto it = pods.find(pod);
   return it == pods.end() ? defaults : it->second;
@@ -182,7 +200,8 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
   Reader r(source_name);
   NodeConfig cfg;
   cfg.source = source_name;
-  r.check_keys(root, "the top level", {"node", "scheduler", "defaults", "pod"});
+  r.check_keys(root, "the top level",
+               {"node", "scheduler", "enforce", "shim", "metrics", "defaults", "pod"});
 
   if (auto n = root.get("node")) {
     const toml::table& node = r.table_value(*n, "node");
@@ -247,6 +266,73 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     if (s.lease_ns < 4'000'000) {
       r.fail(*sched.get("lease"), "scheduler.lease",
              "use at least 4ms (the heartbeat runs every lease/4)");
+    }
+  }
+
+  if (auto n = root.get("enforce")) {
+    const toml::table& t = r.table_value(*n, "enforce");
+    r.check_keys(t, "[enforce]", {"enforce", "unplaced", "over_cap"});
+    for (auto&& [k, v] : t) {
+      std::string key = "enforce." + std::string(k.str());
+      if (k == "enforce") {
+        cfg.enforce.enforce = r.bool_value(v, key);
+      } else if (k == "unplaced") {
+        std::string text = r.string_value(v, key);
+        if (text == "open") {
+          cfg.enforce.unplaced = UnplacedAction::kOpen;
+        } else if (text == "closed") {
+          cfg.enforce.unplaced = UnplacedAction::kClosed;
+        } else if (text == "closed-if-capped") {
+          cfg.enforce.unplaced = UnplacedAction::kClosedIfCapped;
+        } else {
+          r.fail(v, key, "use \"open\", \"closed\" or \"closed-if-capped\"");
+        }
+      } else if (k == "over_cap") {
+        std::string text = r.string_value(v, key);
+        if (text == "report") {
+          cfg.enforce.over_cap = OverCapAction::kReport;
+        } else if (text == "deny") {
+          cfg.enforce.over_cap = OverCapAction::kDeny;
+        } else if (text == "kill") {
+          cfg.enforce.over_cap = OverCapAction::kKill;
+        } else {
+          r.fail(v, key, "use \"report\", \"deny\" or \"kill\"");
+        }
+      }
+    }
+  }
+
+  if (auto n = root.get("shim")) {
+    const toml::table& t = r.table_value(*n, "shim");
+    r.check_keys(t, "[shim]", {"context_overhead", "count_managed"});
+    for (auto&& [k, v] : t) {
+      std::string key = "shim." + std::string(k.str());
+      if (k == "count_managed") {
+        cfg.shim.count_managed = r.bool_value(v, key);
+      } else if (k == "context_overhead") {
+        std::string text;
+        common::ParseError err;
+        if (!value_text(v, &text)) r.fail(v, key, "use a size (\"300Mi\") or 0");
+        if (text == "0") {
+          cfg.shim.context_overhead = 0;
+        } else if (!common::parse_bytes(text, &cfg.shim.context_overhead, &err)) {
+          r.fail(v, key, err.text);
+        }
+      }
+    }
+  }
+
+  if (auto n = root.get("metrics")) {
+    const toml::table& t = r.table_value(*n, "metrics");
+    r.check_keys(t, "[metrics]", {"listen"});
+    if (auto l = t.get("listen")) {
+      cfg.metrics.listen = r.string_value(*l, "metrics.listen");
+      const size_t colon = cfg.metrics.listen.rfind(':');
+      const std::string port = colon == std::string::npos ? "" : cfg.metrics.listen.substr(colon + 1);
+      bool digits = !port.empty() && port.size() <= 5 &&
+                    port.find_first_not_of("0123456789") == std::string::npos;
+      if (colon == 0 || !digits || std::stoul(port) > 65535)
+        r.fail(*l, "metrics.listen", "use HOST:PORT (\"0.0.0.0:9400\", \"127.0.0.1:0\")");
     }
   }
 

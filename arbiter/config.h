@@ -23,6 +23,35 @@ struct SchedulerConfig {
   bool drain_overlap = true;  // an interactive preemptor starts while the old holder drains
 };
 
+// What the node enforces against tenants (see SECURITY.md). Applies to processes in
+// registered containers; host processes admitted under allow_unregistered are development
+// processes and keep their QUANTA_* variables.
+enum class UnplacedAction {
+  kOpen,            // a process the arbiter cannot place runs ungated and uncapped
+  kClosed,          // it is refused CUDA (or capped at zero)
+  kClosedIfCapped,  // closed for pods that asked for a memory limit, open for the rest
+};
+enum class OverCapAction { kReport, kDeny, kKill };  // NVML shows a pod above its cap
+
+struct EnforceConfig {
+  // true: the shim takes its limits from the arbiter and ignores QUANTA_* variables that
+  // would loosen them (QUANTA_DISABLE, QUANTA_COUNT_MANAGED, QUANTA_CONTEXT_OVERHEAD,
+  // QUANTA_SOCKET). false: those variables are honoured everywhere.
+  bool enforce = true;
+  UnplacedAction unplaced = UnplacedAction::kClosedIfCapped;
+  OverCapAction over_cap = OverCapAction::kReport;
+};
+
+// Settings the arbiter hands every shim in its Welcome.
+struct ShimConfig {
+  uint64_t context_overhead = 300ull << 20;  // bytes charged per CUDA context
+  bool count_managed = true;                 // cuMemAllocManaged counts against the cap
+};
+
+struct MetricsConfig {
+  std::string listen;  // "HOST:PORT" of the Prometheus endpoint; "" = not served
+};
+
 struct NodeConfig {
   std::string source;  // the file this came from ("" for built-in defaults)
   std::string scope = "quanta";
@@ -32,6 +61,9 @@ struct NodeConfig {
   bool allow_unregistered = false;
   std::vector<std::string> gpus;  // UUIDs to manage; empty = every device NVML reports
   SchedulerConfig scheduler;
+  EnforceConfig enforce;
+  ShimConfig shim;
+  MetricsConfig metrics;
   common::Policy defaults;
   std::map<std::string, common::Policy, std::less<>> pods;  // [pod."NAME"], defaults applied
 
@@ -43,6 +75,9 @@ class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+const char* unplaced_name(UnplacedAction a);
+const char* over_cap_name(OverCapAction a);
 
 // Parses and validates a config file; throws ConfigError with one clear line.
 NodeConfig load_config(const std::string& path);

@@ -243,6 +243,9 @@ void Arbiter::handle_hello(Connection& conn, const std::string& claimed_pod) {
   m.proc_index = proc->proc_index;
   m.arbiter_generation = generation_;
   copy_text(m.pod_key, sizeof(m.pod_key), pod->key);
+  m.flags = config_.enforce.enforce ? common::kWelcomeEnforced : 0;
+  m.count_managed = config_.shim.count_managed ? 1 : 0;
+  m.context_overhead = config_.shim.context_overhead;
   UniqueFd pod_fd(pod->region.open_fd(true));
   if (!send_with_fds(sock, &m, sizeof(m), {pod_fd.get(), doorbell})) {
     close_connection(sock, "");

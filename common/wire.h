@@ -10,7 +10,7 @@
 namespace quanta::common {
 
 constexpr uint32_t kWireMagic = 0x5751514eu;  // "NQQW"
-constexpr uint32_t kWireVersion = 1;
+constexpr uint32_t kWireVersion = 2;
 constexpr size_t kMessageTextLen = 256;
 
 enum class MessageType : uint32_t {
@@ -36,16 +36,31 @@ struct HelloMessage {
   char claimed_pod[kPodKeyLen];
 };
 
+// WelcomeMessage::flags
+constexpr uint32_t kWelcomeEnforced = 1u << 0;  // ignore QUANTA_* variables that loosen limits
+
 struct WelcomeMessage {
   MessageHeader header;
   uint32_t pod_index;
   uint32_t proc_index;         // this process's entry in the pod region
   uint64_t arbiter_generation;
   char pod_key[kPodKeyLen];
+  // The node's shim settings ([shim] and [enforce] in the node config).
+  uint32_t flags;
+  uint32_t count_managed;      // 1: cuMemAllocManaged counts against the cap
+  uint64_t context_overhead;   // bytes charged per CUDA context
+};
+
+// RefusedMessage::action: what the refused process must do.
+enum class RefusedAction : uint32_t {
+  kRunOpen = 0,  // run ungated and uncapped
+  kDeny = 1,     // the node enforces: refuse CUDA to this process
 };
 
 struct RefusedMessage {
   MessageHeader header;
+  RefusedAction action;
+  uint32_t reserved;
   char reason[kMessageTextLen];
 };
 

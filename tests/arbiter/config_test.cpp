@@ -181,6 +181,8 @@ TEST(Config, ShippedConfigLoads) {
   EXPECT_EQ(c.scope, "quanta");
   EXPECT_FALSE(c.allow_unregistered);
   EXPECT_EQ(c.scheduler.quantum_ns, 20'000'000u);
+  EXPECT_TRUE(c.enforce.enforce);
+  EXPECT_EQ(c.shim.context_overhead, 300u << 20);
 }
 
 TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
@@ -195,6 +197,40 @@ TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
   EXPECT_EQ(p.priority, common::Priority::kInteractive);
   EXPECT_NE(apply_policy_value(&p, "colour", "red").find("allowed keys"), std::string::npos);
 }
+
+TEST(Config, EnforceShimAndMetricsSectionsParseAndRefuseBadValues) {
+  NodeConfig c = parse_config(
+      "[enforce]\nenforce = false\nunplaced = \"closed\"\nover_cap = \"kill\"\n"
+      "[shim]\ncontext_overhead = \"64Mi\"\ncount_managed = false\n"
+      "[metrics]\nlisten = \"127.0.0.1:0\"\n",
+      "test.toml");
+  EXPECT_FALSE(c.enforce.enforce);
+  EXPECT_EQ(c.enforce.unplaced, UnplacedAction::kClosed);
+  EXPECT_EQ(c.enforce.over_cap, OverCapAction::kKill);
+  EXPECT_EQ(c.shim.context_overhead, 64u << 20);
+  EXPECT_FALSE(c.shim.count_managed);
+  EXPECT_EQ(c.metrics.listen, "127.0.0.1:0");
+
+  NodeConfig d = parse_config("", "test.toml");
+  EXPECT_TRUE(d.enforce.enforce);
+  EXPECT_EQ(d.enforce.unplaced, UnplacedAction::kClosedIfCapped);
+  EXPECT_EQ(d.enforce.over_cap, OverCapAction::kReport);
+  EXPECT_EQ(d.shim.context_overhead, 300u << 20);
+  EXPECT_TRUE(d.metrics.listen.empty());
+
+  std::string e = refusal("[enforce]\nunplaced = \"maybe\"\n");
+  EXPECT_NE(e.find("enforce.unplaced"), std::string::npos) << e;
+  EXPECT_NE(e.find("closed-if-capped"), std::string::npos) << e;
+  e = refusal("[enforce]\nover_cap = \"warn\"\n");
+  EXPECT_NE(e.find("\"report\", \"deny\" or \"kill\""), std::string::npos) << e;
+  e = refusal("[shim]\ncontext_overhead = \"lots\"\n");
+  EXPECT_NE(e.find("shim.context_overhead"), std::string::npos) << e;
+  e = refusal("[metrics]\nlisten = \"9400\"\n");
+  EXPECT_NE(e.find("HOST:PORT"), std::string::npos) << e;
+  e = refusal("[metrics]\nlisten = \"host:99999\"\n");
+  EXPECT_NE(e.find("metrics.listen"), std::string::npos) << e;
+}
+
 
 }  // namespace
 }  // namespace quanta::arbiter
