@@ -1,6 +1,6 @@
 // The admin socket (root only): newline-delimited JSON requests and responses for
-// quantactl and quanta-hook: status, set (live policy), register and unregister. The
-// status schema is documented in docs/quantactl-status.md.
+// quantactl and quanta-hook: status, set (live policy), register and unregister (drain and
+// undrain live in admin_drain.cpp). The status schema is in docs/quantactl-status.md.
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
@@ -141,11 +141,14 @@ void Arbiter::on_admin_readable(int fd) {
 
 json Arbiter::handle_admin(const json& request) {
   if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string()) {
-    return error("a request is an object with \"cmd\": status, set, register or unregister");
+    return error(
+        "a request is an object with \"cmd\": status, set, register, unregister, drain or "
+        "undrain");
   }
   const std::string cmd = request["cmd"].get<std::string>();
   try {
     if (cmd == "status") return status_json();
+    if (cmd == "drain" || cmd == "undrain") return handle_drain(request, cmd == "drain");
     if (cmd == "set") {
       std::string pod = request.value("pod", "");
       std::map<std::string, std::string> values;
@@ -201,7 +204,8 @@ json Arbiter::handle_admin(const json& request) {
   } catch (const json::exception& e) {
     return error("bad " + cmd + " request: " + e.what());
   }
-  return error("unknown cmd \"" + cmd + "\": use status, set, register or unregister");
+  return error("unknown cmd \"" + cmd +
+               "\": use status, set, register, unregister, drain or undrain");
 }
 
 json Arbiter::status_json() {
@@ -252,6 +256,8 @@ json Arbiter::status_json() {
                     {"uuid", gpu->uuid},
                     {"holder", holder_json},
                     {"waiting", region.header.waiters.load()},
+                    {"draining", gpu->sched->drain_requested()},
+                    {"idle", gpu->sched->idle()},
                     {"tenants", tenants}});
   }
   return json{{"ok", true},

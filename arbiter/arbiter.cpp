@@ -70,6 +70,7 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
                              " can be managed: list them in [node] gpus");
   }
   const uint64_t now = monotonic_ns();
+  const std::set<std::string> drained = load_drained(config_);
   for (uint32_t i = 0; i < uuids.size(); ++i) {
     auto gpu = std::make_unique<Gpu>();
     gpu->index = i;
@@ -94,6 +95,10 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     h.lease_ns.store(config_.scheduler.lease_ns);
     h.heartbeat_ns.store(now);
     gpu->sched = std::make_unique<Scheduler>(scheduler_options(config_.scheduler));
+    if (drained.count(uuids[i]) != 0) {
+      gpu->sched->set_draining(true);
+      spdlog::warn("GPU {} {} stays drained (quantactl undrain {} resumes grants)", i, uuids[i], i);
+    }
     gpus_.push_back(std::move(gpu));
   }
   adopt_previous_state();
@@ -298,7 +303,8 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     // before the publication count as made at it: a holder is idle only after
     // idle_release without a launch since others were seen waiting.
     const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
-    sched.set_activity(slot, std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
+    sched.set_activity(slot,
+                       std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
     if (ch.released_turn.load(std::memory_order_acquire) ==
         region.slots[slot].turn.load(std::memory_order_acquire)) {

@@ -57,6 +57,9 @@ struct AdminConnection {
   std::string inbox;
 };
 
+// UUIDs that `quantactl drain` left drained (admin_drain.cpp), re-applied at start.
+std::set<std::string> load_drained(const NodeConfig& config);
+
 class Arbiter {
  public:
   // Discovers the GPUs, opens or re-adopts the regions, binds the sockets. Throws with
@@ -100,6 +103,9 @@ class Arbiter {
   void on_admin_accept();
   void on_admin_readable(int fd);
   nlohmann::json status_json();
+  // admin_drain.cpp
+  nlohmann::json handle_drain(const nlohmann::json& request, bool on);
+  void save_drained() const;
 
   NodeConfig config_;
   EventLoop loop_;

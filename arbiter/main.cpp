@@ -1,5 +1,7 @@
-// quanta-arbiter's entry point: command line, config, logging; everything else is
-// Arbiter's. Errors reach here as exceptions and end the process with one clear line.
+// quanta-arbiter's entry point: command line, config, logging, detaching, waiting for the
+// node's GPUs; everything else is Arbiter's. Errors reach here as exceptions and end the
+// process with one clear line.
+#include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -8,23 +10,90 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 
 #include "arbiter/arbiter.h"
 #include "arbiter/config.h"
+#include "arbiter/gpu_inventory.h"
+
+namespace {
+
+constexpr int kGpuRetrySeconds = 5;
+constexpr int kGpuReminderSeconds = 60;
+
+// One line for --check-config: what a person wants to know the file will do.
+std::string config_summary(const quanta::arbiter::NodeConfig& c) {
+  std::string gpus =
+      c.gpus.empty() ? "every GPU NVML lists" : std::to_string(c.gpus.size()) + " listed GPU(s)";
+  return c.source + ": ok (scope " + c.scope + ", tenant socket " + c.tenant_socket +
+         ", admin socket " + c.admin_socket + ", state " + c.state_dir + ", " + gpus +
+         ", metrics " + (c.metrics.listen.empty() ? "off" : "on " + c.metrics.listen) + ", " +
+         std::to_string(c.pods.size()) + " [pod] table(s))";
+}
+
+// A node agent can start before the driver is loaded or the GPU operator has finished:
+// retry discovery instead of exiting into a crash loop. Returns false when SIGTERM or
+// SIGINT arrives meanwhile (a clean stop, not an error).
+bool wait_for_gpus(const quanta::arbiter::NodeConfig& config) {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  sigprocmask(SIG_BLOCK, &stop, nullptr);  // the Arbiter's signalfd takes them over later
+  const time_t started = time(nullptr);
+  time_t reminded = 0;
+  std::string last_reason;
+  for (;;) {
+    std::string reason;
+    try {
+      if (!quanta::arbiter::discover_gpus(config.gpus).empty()) break;
+      reason = "NVML reports no GPU";
+    } catch (const std::exception& e) {
+      reason = e.what();
+    }
+    const time_t now = time(nullptr);
+    if (reason != last_reason || now - reminded >= kGpuReminderSeconds) {
+      spdlog::warn("waiting for GPUs ({} s so far): {}; retrying every {} s", now - started, reason,
+                   kGpuRetrySeconds);
+      last_reason = reason;
+      reminded = now;
+    }
+    timespec pause{kGpuRetrySeconds, 0};
+    siginfo_t info{};
+    if (sigtimedwait(&stop, &info, &pause) > 0) {
+      spdlog::info("signal {} received while waiting for GPUs: stopping", info.si_signo);
+      return false;
+    }
+  }
+  if (!last_reason.empty()) {
+    spdlog::info("GPUs present after {} s of waiting", time(nullptr) - started);
+  }
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "quanta-arbiter: hands out GPU time quanta and memory caps to the pods on this node"};
   std::string config_path;
   bool foreground = false;
+  bool check_config = false;
+  bool wait_gpus = false;
   std::string level = "info";
+  bool logging = false;  // until the logger is set up, errors go to stderr only
   app.add_option(
       "--config", config_path,
       "node config (default /etc/quanta/quanta.toml, else the source tree's config/quanta.toml)");
   app.add_flag("--foreground", foreground,
-               "stay attached and log to stderr (otherwise detach and log to "
-               "<state_dir>/quanta-arbiter.log)");
+               "stay attached and log to stderr, as a container runtime expects (otherwise "
+               "detach and log to <state_dir>/quanta-arbiter.log)");
+  app.add_flag("--check-config", check_config,
+               "load and validate the config, print one line and exit (0 when it is valid)");
+  app.add_flag("--wait-for-gpus", wait_gpus,
+               "when NVML is missing or lists no GPU (or not every [node] gpus entry), log why "
+               "and retry every 5 s instead of exiting");
   app.add_option("--log-level", level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   CLI11_PARSE(app, argc, argv);
@@ -35,9 +104,14 @@ int main(int argc, char** argv) {
                                                                        : QUANTA_SOURCE_CONFIG;
     }
     quanta::arbiter::NodeConfig config = quanta::arbiter::load_config(config_path);
+    if (check_config) {
+      std::printf("quanta-arbiter: %s\n", config_summary(config).c_str());
+      return 0;
+    }
     spdlog::set_default_logger(spdlog::stderr_color_mt("quanta-arbiter-stderr"));
     spdlog::set_level(spdlog::level::from_str(level));
     spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+    logging = true;
     // Every tenant costs a connection, a doorbell and a pidfd: take all the descriptors allowed.
     rlimit files{};
     if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
@@ -57,10 +131,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "quanta-arbiter: detaching; log in %s\n", log_path.c_str());
       if (daemon(0, 0) != 0) throw std::runtime_error("cannot detach (daemon failed)");
     }
+    if (wait_gpus && !wait_for_gpus(config)) return 0;
     quanta::arbiter::Arbiter arbiter(config);
     arbiter.run();
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());  // reaches the log file once detached
+    if (logging) spdlog::error("{}", e.what());  // reaches the log file once detached
     std::fprintf(stderr, "quanta-arbiter: %s\n", e.what());
     return 1;
   }

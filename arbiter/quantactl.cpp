@@ -1,14 +1,17 @@
 // quantactl: the arbiter's admin client. `status` prints a table per GPU (or the raw JSON
 // with --json, schema in docs/quantactl-status.md); `set POD key=value...` changes a pod's
-// policy live. Talks newline-delimited JSON over the root-only admin socket.
+// policy live; `drain GPU` holds new grants back and waits until the GPU is idle, `undrain`
+// resumes them. Talks newline-delimited JSON over the root-only admin socket.
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "arbiter/unix_socket.h"
 
@@ -47,6 +50,102 @@ std::string bytes(uint64_t b) {
   return buf;
 }
 
+// "60s", "500ms", "2m" or plain seconds.
+double parse_seconds(const std::string& text) {
+  size_t end = 0;
+  double value = -1;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  const std::string unit = text.substr(end);
+  double scale = unit.empty() || unit == "s" ? 1.0 : unit == "ms" ? 1e-3 : unit == "m" ? 60.0 : -1;
+  if (end == 0 || scale < 0 || value < 0) {
+    throw std::runtime_error("--timeout \"" + text +
+                             "\" is not a duration: use seconds (60), or 500ms, 30s, 5m");
+  }
+  return value * scale;
+}
+
+const json* find_gpu(const json& status, uint32_t index) {
+  for (const json& gpu : status["gpus"]) {
+    if (gpu.value("index", UINT32_MAX) == index) return &gpu;
+  }
+  return nullptr;
+}
+
+std::string who(const json& tenant) {
+  return "pid " + std::to_string(tenant.value("pid", 0)) + " (" + tenant.value("pod", "?") + ")";
+}
+
+// Waits until the drained GPU is idle; prints what holds it meanwhile and what is left.
+int wait_until_idle(const std::string& socket_path, const json& drained, double timeout_s) {
+  const uint32_t index = drained.value("gpu", 0u);
+  const std::string name = "GPU " + std::to_string(index) + " " + drained.value("uuid", "?");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  std::string last_holder;
+  std::string last_error;
+  for (;;) {
+    json status;
+    try {
+      status = request(socket_path, {{"cmd", "status"}});
+      last_error.clear();
+    } catch (const std::exception& e) {
+      last_error = e.what();  // an arbiter restarting mid-drain: it keeps the drain
+    }
+    const json* gpu = status.is_object() ? find_gpu(status, index) : nullptr;
+    if (gpu != nullptr && !gpu->value("draining", false)) {
+      std::fprintf(stderr, "quantactl: %s was undrained while waiting\n", name.c_str());
+      return 1;
+    }
+    if (gpu != nullptr && gpu->value("idle", false)) {
+      size_t attached = 0;
+      std::string passed_over;
+      for (const json& t : (*gpu)["tenants"]) {
+        ++attached;
+        if (t.value("state", "") == "passed-over") {
+          passed_over += (passed_over.empty() ? "" : ", ") + who(t);
+        }
+      }
+      std::printf(
+          "%s is idle: no tenant holds it and none will be granted it until "
+          "`quantactl undrain %u`\n",
+          name.c_str(), index);
+      if (attached != 0) {
+        std::printf(
+            "  %zu tenant process(es) still attached (waiting at the gate): they must "
+            "exit before the GPU is reset or re-partitioned\n",
+            attached);
+      }
+      if (!passed_over.empty()) {
+        std::printf(
+            "  passed over for not releasing (stopped or hung), their queued work may "
+            "still run: %s\n",
+            passed_over.c_str());
+      }
+      return 0;
+    }
+    if (gpu != nullptr && !(*gpu)["holder"].is_null()) {
+      const std::string holder = who((*gpu)["holder"]);
+      if (holder != last_holder) {
+        std::printf("%s draining: waiting for %s to release it\n", name.c_str(), holder.c_str());
+        std::fflush(stdout);
+        last_holder = holder;
+      }
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "quantactl: %s is not idle after %.0f s (%s); it stays draining\n",
+                   name.c_str(), timeout_s,
+                   !last_error.empty()   ? last_error.c_str()
+                   : last_holder.empty() ? "a holder is still releasing"
+                                         : ("held by " + last_holder).c_str());
+      return 2;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 void print_table(const json& status) {
   std::printf("quanta-arbiter scope %s, generation %llu, up %.0f s\n",
               status.value("scope", "?").c_str(), status.value("generation", 0ull),
@@ -57,8 +156,11 @@ void print_table(const json& status) {
       holder = "pid " + std::to_string(gpu["holder"].value("pid", 0)) + " (" +
                gpu["holder"].value("pod", "?") + ")";
     }
-    std::printf("\nGPU %u %s  holder: %s  waiting: %u\n", gpu.value("index", 0u),
-                gpu.value("uuid", "?").c_str(), holder.c_str(), gpu.value("waiting", 0u));
+    std::printf("\nGPU %u %s  holder: %s  waiting: %u%s\n", gpu.value("index", 0u),
+                gpu.value("uuid", "?").c_str(), holder.c_str(), gpu.value("waiting", 0u),
+                !gpu.value("draining", false) ? ""
+                : gpu.value("idle", false)    ? "  DRAINED (idle)"
+                                              : "  DRAINING");
     if (gpu["tenants"].empty()) {
       std::printf("  (no tenants)\n");
       continue;
@@ -105,11 +207,43 @@ int main(int argc, char** argv) {
                   "weight=N priority=P max-share=F memory-limit=BYTES quantum=DURATION")
       ->required();
 
+  auto* drain = app.add_subcommand(
+      "drain", "stop new grants on a GPU or MIG instance and wait until no tenant holds it");
+  std::string gpu_name;
+  std::string timeout = "60s";
+  bool no_wait = false;
+  drain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
+  drain->add_option("--timeout", timeout, "how long to wait for the holder to release (60s)");
+  drain->add_flag("--no-wait", no_wait, "return once the drain is set");
+  auto* undrain = app.add_subcommand("undrain", "let a drained GPU be granted again");
+  undrain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
+
   CLI11_PARSE(app, argc, argv);
   try {
     json response;
     if (status->parsed()) {
       response = request(socket_path, {{"cmd", "status"}});
+    } else if (drain->parsed() || undrain->parsed()) {
+      const double timeout_s = parse_seconds(timeout);
+      response =
+          request(socket_path, {{"cmd", drain->parsed() ? "drain" : "undrain"}, {"gpu", gpu_name}});
+      if (!response.value("ok", false)) {
+        std::fprintf(stderr, "quantactl: %s\n",
+                     response.value("error", std::string("request failed")).c_str());
+        return 1;
+      }
+      if (undrain->parsed()) {
+        std::printf("GPU %u %s undrained: grants resume\n", response.value("gpu", 0u),
+                    response.value("uuid", "?").c_str());
+        return 0;
+      }
+      if (no_wait) {
+        std::printf("GPU %u %s draining (%s)\n", response.value("gpu", 0u),
+                    response.value("uuid", "?").c_str(),
+                    response.value("idle", false) ? "idle" : "a holder is releasing");
+        return 0;
+      }
+      return wait_until_idle(socket_path, response, timeout_s);
     } else {
       json values = json::object();
       for (const std::string& p : pairs) {

@@ -241,7 +241,7 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
                            *best_waiting == common::Priority::kInteractive &&
                            hp.policy.priority != common::Priority::kInteractive;
       if (h.state == TenantState::kHolding) {
-        bool revoke = false;
+        bool revoke = drain_requested_;
         if (hp.policy.max_share_ppm < common::kShareScale) {
           uint64_t used = used_in_window(hp, now);
           uint64_t budget = budget_ns(hp);
@@ -566,6 +566,7 @@ bool Scheduler::eligible(const Tenant& t, uint64_t now) const {
 }
 
 std::optional<SlotId> Scheduler::pick(uint64_t now) const {
+  if (drain_requested_) return std::nullopt;
   std::optional<SlotId> best;
   std::tuple<common::Priority, uint64_t, uint64_t, uint64_t, SlotId> best_key{};
   for (const auto& [s, t] : tenants_) {

@@ -84,6 +84,14 @@ class Scheduler {
   // When decide() must run again even if no event arrives; 0 = not needed.
   uint64_t next_deadline() const { return next_deadline_; }
 
+  // Drain (`quantactl drain`): while set, no tenant is granted the GPU and the holder is
+  // revoked at once (passed over after revoke_timeout like any holder); waiters keep their
+  // place and are served when it is cleared. idle(): nobody holds the GPU or drains work
+  // queued under a grant, so no work submitted through Quanta is left on it.
+  void set_draining(bool on) { drain_requested_ = on; }
+  bool drain_requested() const { return drain_requested_; }
+  bool idle() const { return !holder_ && !draining_; }
+
   std::optional<SlotId> holder() const { return holder_; }
   // A holder preempted by an interactive tenant that is still draining (drain_overlap).
   std::optional<SlotId> draining() const { return draining_; }
@@ -178,9 +186,10 @@ class Scheduler {
   std::optional<SlotId> draining_;
   std::vector<Action> pending_;
   uint64_t next_deadline_ = 0;
-  uint64_t pod_floor_ = 0;     // lowest active pod vtime seen: waking pods are lifted near it
-  uint64_t next_trim_ns_ = 0;  // old holds only cost memory: trimmed now and then, not per pass
-  uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods
+  uint64_t pod_floor_ = 0;        // lowest active pod vtime seen: waking pods are lifted near it
+  uint64_t next_trim_ns_ = 0;     // old holds only cost memory: trimmed now and then, not per pass
+  uint32_t active_count_ = 0;     // tenants waiting, holding or revoking, on all pods
+  bool drain_requested_ = false;  // set_draining
   // interactive_recent() for one `now`: the arbiter asks once per tenant after every
   // decision, and a scan per question would make each pass quadratic in the tenants.
   mutable uint64_t interactive_cache_now_ = 0;
