@@ -303,8 +303,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     // before the publication count as made at it: a holder is idle only after
     // idle_release without a launch since others were seen waiting.
     const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
-    sched.set_activity(slot,
-                       std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
+    sched.set_activity(slot, std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
     if (ch.released_turn.load(std::memory_order_acquire) ==
         region.slots[slot].turn.load(std::memory_order_acquire)) {

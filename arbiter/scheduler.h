@@ -186,10 +186,13 @@ class Scheduler {
   std::optional<SlotId> draining_;
   std::vector<Action> pending_;
   uint64_t next_deadline_ = 0;
-  uint64_t pod_floor_ = 0;        // lowest active pod vtime seen: waking pods are lifted near it
-  uint64_t next_trim_ns_ = 0;     // old holds only cost memory: trimmed now and then, not per pass
-  uint32_t active_count_ = 0;     // tenants waiting, holding or revoking, on all pods
-  bool drain_requested_ = false;  // set_draining
+  uint64_t pod_floor_ = 0;     // lowest active pod vtime seen: waking pods are lifted near it
+  uint64_t next_trim_ns_ = 0;  // old holds only cost memory: trimmed now and then, not per pass
+  uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods
+
+  // set_draining (quantactl drain).
+  bool drain_requested_ = false;
+
   // interactive_recent() for one `now`: the arbiter asks once per tenant after every
   // decision, and a scan per question would make each pass quadratic in the tenants.
   mutable uint64_t interactive_cache_now_ = 0;
