@@ -171,7 +171,8 @@ nlohmann::json Child::json() const { return nlohmann::json::parse(out(), nullptr
 
 // ---------------------------------------------------------------------------------------
 
-World::World(const std::string& test_name, ArbiterConfig config) : name_(test_name), config_(std::move(config)) {
+World::World(const std::string& test_name, ArbiterConfig config, Env sim_env)
+    : name_(test_name), config_(std::move(config)), sim_env_(std::move(sim_env)) {
   static int worlds = 0;
   const std::string tag = std::to_string(getpid()) + "_" + std::to_string(worlds++);
   scope_ = "qi" + tag;
@@ -229,6 +230,7 @@ Env World::tenant_env(const std::string& pod, bool preload) const {
   env["LD_LIBRARY_PATH"] = QUANTA_SIMGPU_DIR;
   env["SIMGPU_STATE"] = sim_state_;
   env["SIMGPU_LOG"] = sim_log_;
+  for (const auto& [key, value] : sim_env_) env[key] = value;
   env["QUANTA_SOCKET"] = tenant_socket_;
   if (!pod.empty()) env["QUANTA_POD"] = pod;
   env.erase("LD_PRELOAD");

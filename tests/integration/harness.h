@@ -81,7 +81,8 @@ struct ArbiterConfig {
 // One simgpu world and one arbiter managing it. Tenants spawned through it share both.
 class World {
  public:
-  explicit World(const std::string& test_name, ArbiterConfig config = {});
+  // `sim_env`: SIMGPU_* settings (devices, MIG split) for the arbiter and every tenant.
+  explicit World(const std::string& test_name, ArbiterConfig config = {}, Env sim_env = {});
   ~World();
 
   // Starts (or restarts) the arbiter and waits until its tenant socket accepts connections.
@@ -91,6 +92,7 @@ class World {
   std::string arbiter_log() const;
 
   const std::string& tenant_socket() const { return tenant_socket_; }
+  const std::string& admin_socket() const { return admin_socket_; }
   const std::string& scope() const { return scope_; }
   const std::string& sim_log_path() const { return sim_log_; }
 
@@ -103,6 +105,7 @@ class World {
  private:
   std::string name_;
   ArbiterConfig config_;
+  Env sim_env_;
   TempDir dir_;
   std::string scope_;
   std::string sim_state_;

@@ -179,15 +179,20 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
+// As the driver does: the legacy entry answers a MIG instance with its parent GPU's UUID,
+// _v2 with the instance's own (whole GPUs get their own from both).
 CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
   if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::memcpy(uuid->bytes, device_state(dev).uuid, 16);
+  std::memcpy(uuid->bytes, device_state(dev).parent_uuid, 16);
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
-  return cuDeviceGetUuid(uuid, dev);
+  if (CUresult r = check_device(dev); r != CUDA_SUCCESS) return r;
+  if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(uuid->bytes, device_state(dev).uuid, 16);
+  return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {

@@ -202,6 +202,7 @@ bool parse_config(EnvLookup env, Config& out, std::string& error) {
       DeviceSpec spec;
       spec.name = name;
       std::memcpy(spec.uuid, uuid.data(), 16);
+      std::memcpy(spec.parent_uuid, uuid.data(), 16);
       spec.uuid_text = format_uuid("GPU-", spec.uuid);
       spec.memory_bytes = memory;
       spec.physical_index = p;
@@ -213,6 +214,7 @@ bool parse_config(EnvLookup env, Config& out, std::string& error) {
       DeviceSpec spec;
       spec.name = name + " MIG " + std::to_string(m + 1) + "/" + std::to_string(count);
       std::memcpy(spec.uuid, uuid.data(), 16);
+      std::memcpy(spec.parent_uuid, uuid.data(), 16);
       spec.uuid[12] ^= 0x4d;  // MIG instance UUIDs differ from their parent's
       spec.uuid[13] = static_cast<uint8_t>(m + 1);
       spec.uuid_text = format_uuid("MIG-", spec.uuid);

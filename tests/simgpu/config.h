@@ -15,6 +15,7 @@ struct DeviceSpec {
   std::string name;
   std::string uuid_text;  // "GPU-8-4-4-4-12" or "MIG-8-4-4-4-12"
   uint8_t uuid[16] = {};
+  uint8_t parent_uuid[16] = {};  // the whole GPU's (its own for a GPU that is not split)
   uint64_t memory_bytes = 0;
   int physical_index = 0;
   int mig_instance = -1;  // -1: a whole GPU

@@ -49,6 +49,7 @@ void reset_state(SharedState* s, const Config& cfg) {
     copy_text(d.name, sizeof d.name, spec.name);
     copy_text(d.uuid_text, sizeof d.uuid_text, spec.uuid_text);
     std::memcpy(d.uuid, spec.uuid, 16);
+    std::memcpy(d.parent_uuid, spec.parent_uuid, 16);
     d.physical_index = spec.physical_index;
     d.mig_instance = spec.mig_instance;
     d.capacity = spec.memory_bytes;

@@ -14,7 +14,7 @@
 namespace quanta::simgpu {
 
 inline constexpr uint64_t kStateMagic = 0x5155414e54415347ULL;  // "QUANTASG"
-inline constexpr uint32_t kStateVersion = 3;
+inline constexpr uint32_t kStateVersion = 4;
 inline constexpr int kMaxDevices = 32;
 inline constexpr int kMaxContexts = 128;   // per device, across all processes
 inline constexpr int kMaxProcesses = 256;  // per device, for usage and NVML lists
@@ -70,6 +70,7 @@ struct DeviceState {
   char name[64];
   char uuid_text[48];
   uint8_t uuid[16];
+  uint8_t parent_uuid[16];
   int32_t physical_index;
   int32_t mig_instance;
   uint64_t capacity;

@@ -3,6 +3,7 @@
 // judged from the execution log, MIG instances as independent engines, and NVML agreeing
 // with what the CUDA side did.
 #include <cuda.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -489,10 +490,10 @@ std::string nvml_uuid(unsigned index) {
   return uuid;
 }
 
-// cuDeviceGetUuid of a CUDA ordinal, in NVML's text form.
+// cuDeviceGetUuid_v2 of a CUDA ordinal (a MIG instance's own UUID), in NVML's text form.
 std::string cuda_uuid(CUdevice ordinal, const char* prefix) {
   CUuuid raw;
-  if (cuDeviceGetUuid(&raw, ordinal) != CUDA_SUCCESS) return "";
+  if (cuDeviceGetUuid_v2(&raw, ordinal) != CUDA_SUCCESS) return "";
   const auto* b = reinterpret_cast<const unsigned char*>(raw.bytes);
   char text[64];
   std::snprintf(text, sizeof text,
@@ -686,6 +687,15 @@ TEST(SimgpuVisibleDevices, MigUuidSelectsOneInstanceWithItsShareOfMemory) {
     CHILD_CU(cuDeviceGetCount(&count));
     CHILD_CHECK(count == 1);
     CHILD_CHECK(cuda_uuid(0, "MIG-") == uuids[2]);
+    // The legacy entry (cuda.h maps the name to _v2, so look it up) names the instance's
+    // parent GPU, as the driver's does; the shim tells MIG instances apart by that.
+    using GetUuid = CUresult (*)(CUuuid*, CUdevice);
+    auto legacy_entry = reinterpret_cast<GetUuid>(dlsym(RTLD_DEFAULT, "cuDeviceGetUuid"));
+    CHILD_CHECK(legacy_entry != nullptr);
+    CUuuid legacy, own;
+    CHILD_CU(legacy_entry(&legacy, 0));
+    CHILD_CU(cuDeviceGetUuid_v2(&own, 0));
+    CHILD_CHECK(std::memcmp(legacy.bytes, own.bytes, 16) != 0);
     size_t total = 0;
     CHILD_CU(cuDeviceTotalMem(&total, 0));
     CHILD_CHECK(total == 1ull << 30);

@@ -1,0 +1,204 @@
+// quantactl drain end to end: real quanta-tenant processes under libquanta.so keep the GPU
+// busy, `quantactl drain` must stop every grant on the drained GPU (whole or one MIG
+// instance) and say when it is idle, `quantactl undrain` must bring the tenants back with
+// no CUDA error, and a restarted arbiter must keep the drain. simgpu's execution log is the
+// judge of who ran on which device when.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+
+#include "harness.h"
+
+namespace quanta::integration {
+namespace {
+
+constexpr uint64_t kMs = 1000000ull;
+
+std::string test_name() {
+  return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
+std::string start_in(double ms) {
+  return std::to_string(realtime_ns() + static_cast<int64_t>(ms * 1e6));
+}
+
+std::vector<std::string> batch(double seconds, const std::string& start_at) {
+  return {"batch",      "--seconds", std::to_string(seconds), "--kernel-ms", "2", "--depth", "2",
+          "--start-at", start_at};
+}
+
+// quantactl against this world's arbiter; waits for it to exit.
+struct Ctl {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+Ctl quantactl(World& world, const std::vector<std::string>& args, double timeout_s = 20) {
+  std::vector<std::string> argv = {QUANTACTL_BINARY, "--admin-socket", world.admin_socket()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  Child child = world.spawn(argv, world.tenant_env("", false));
+  Ctl result;
+  result.code = child.wait(timeout_s);
+  result.out = child.out();
+  result.err = child.err();
+  return result;
+}
+
+nlohmann::json status(World& world) {
+  Ctl s = quantactl(world, {"status", "--json"});
+  EXPECT_EQ(s.code, 0) << s.err;
+  return nlohmann::json::parse(s.out, nullptr, false);
+}
+
+// Slices of `pids` on `device` that started within [from, to).
+size_t slices_started(const std::vector<Slice>& slices, int device, const std::vector<pid_t>& pids,
+                      uint64_t from, uint64_t to) {
+  return static_cast<size_t>(std::count_if(slices.begin(), slices.end(), [&](const Slice& s) {
+    return s.device == device && std::find(pids.begin(), pids.end(), s.pid) != pids.end() &&
+           s.start_ns >= from && s.start_ns < to;
+  }));
+}
+
+void expect_clean_exit(Child& tenant, const std::string& what) {
+  EXPECT_EQ(tenant.wait(30), 0) << what << " stderr:\n"
+                                << tenant.err() << "\nstdout:\n"
+                                << tenant.out();
+  nlohmann::json report = tenant.json();
+  EXPECT_TRUE(report.is_object() && report.value("ok", false))
+      << what << " report: " << tenant.out();
+}
+
+// Waits until every pid in `pids` is admitted on some GPU of the arbiter.
+bool admitted(World& world, const std::vector<pid_t>& pids) {
+  return eventually(10, [&] {
+    nlohmann::json s = status(world);
+    size_t found = 0;
+    for (const auto& gpu : s["gpus"]) {
+      for (const auto& t : gpu["tenants"])
+        found += std::count(pids.begin(), pids.end(), t.value("pid", 0));
+    }
+    return found == pids.size();
+  });
+}
+
+TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
+  World world(test_name(), ArbiterConfig{.quantum = "10ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
+  world.start_arbiter();
+  const std::string at = start_in(300);
+  Child a = world.spawn_tenant(batch(3.0, at), "a", true);
+  Child b = world.spawn_tenant(batch(3.0, at), "b", true);
+  ASSERT_TRUE(admitted(world, {a.pid(), b.pid()})) << world.arbiter_log();
+  sleep_ms(700);  // both contend: the GPU is switching between them
+
+  const uint64_t before_drain = monotonic_ns();
+  Ctl drain = quantactl(world, {"drain", "0", "--timeout", "10s"});
+  const uint64_t idle_at = monotonic_ns();
+  ASSERT_EQ(drain.code, 0) << drain.out << drain.err;
+  EXPECT_NE(drain.out.find("is idle"), std::string::npos) << drain.out;
+  EXPECT_NE(drain.out.find("2 tenant process(es) still attached"), std::string::npos) << drain.out;
+  nlohmann::json drained = status(world);
+  EXPECT_TRUE(drained["gpus"][0].value("draining", false));
+  EXPECT_TRUE(drained["gpus"][0].value("idle", false));
+  EXPECT_TRUE(drained["gpus"][0]["holder"].is_null());
+
+  sleep_ms(600);  // the tenants keep launching: every launch waits at the gate
+  const uint64_t undrain_at = monotonic_ns();
+  Ctl undrain = quantactl(world, {"undrain", "0"});
+  ASSERT_EQ(undrain.code, 0) << undrain.err;
+  EXPECT_NE(undrain.out.find("grants resume"), std::string::npos) << undrain.out;
+
+  expect_clean_exit(a, "tenant a");
+  expect_clean_exit(b, "tenant b");
+  const auto slices = read_sim_log(world.sim_log_path());
+  EXPECT_GT(slices_started(slices, 0, {a.pid(), b.pid()}, 0, before_drain), 0u);
+  // Once drain reported idle nothing ran until undrain (1 ms for the two clocks' reads).
+  EXPECT_EQ(slices_started(slices, 0, {a.pid(), b.pid()}, idle_at + kMs, undrain_at), 0u)
+      << "a tenant ran on the drained GPU";
+  EXPECT_GT(slices_started(slices, 0, {a.pid()}, undrain_at, UINT64_MAX), 0u)
+      << "tenant a did not resume";
+  EXPECT_GT(slices_started(slices, 0, {b.pid()}, undrain_at, UINT64_MAX), 0u)
+      << "tenant b did not resume";
+}
+
+TEST(Drain, MigInstanceByUuidStopsOnlyThatInstance) {
+  World world(test_name(),
+              ArbiterConfig{.quantum = "10ms", .pods = {{"left", 1, ""}, {"right", 1, ""}}},
+              {{"SIMGPU_MIG", "0:2"}});
+  world.start_arbiter();
+  nlohmann::json s = status(world);
+  ASSERT_EQ(s["gpus"].size(), 2u) << s.dump();
+  const std::string left_uuid = s["gpus"][0]["uuid"];
+  const std::string right_uuid = s["gpus"][1]["uuid"];
+  ASSERT_EQ(left_uuid.rfind("MIG-", 0), 0u) << left_uuid;
+
+  const std::string at = start_in(300);
+  Child left =
+      world.spawn_tenant(batch(3.0, at), "left", true, {{"CUDA_VISIBLE_DEVICES", left_uuid}});
+  Child left2 =
+      world.spawn_tenant(batch(3.0, at), "left", true, {{"CUDA_VISIBLE_DEVICES", left_uuid}});
+  Child right =
+      world.spawn_tenant(batch(3.0, at), "right", true, {{"CUDA_VISIBLE_DEVICES", right_uuid}});
+  ASSERT_TRUE(admitted(world, {left.pid(), left2.pid(), right.pid()}))
+      << world.arbiter_log() << left.err();
+  sleep_ms(700);
+
+  Ctl drain = quantactl(world, {"drain", left_uuid, "--timeout", "10s"});
+  const uint64_t idle_at = monotonic_ns();
+  ASSERT_EQ(drain.code, 0) << drain.out << drain.err;
+  EXPECT_NE(drain.out.find(left_uuid + " is idle"), std::string::npos) << drain.out;
+  nlohmann::json drained = status(world);
+  EXPECT_TRUE(drained["gpus"][0].value("draining", false));
+  EXPECT_FALSE(drained["gpus"][1].value("draining", true));
+  sleep_ms(600);
+  const uint64_t undrain_at = monotonic_ns();
+  ASSERT_EQ(quantactl(world, {"undrain", left_uuid}).code, 0);
+
+  expect_clean_exit(left, "left tenant");
+  expect_clean_exit(left2, "second left tenant");
+  expect_clean_exit(right, "right tenant");
+  const auto slices = read_sim_log(world.sim_log_path());
+  // simgpu logs MIG instances by their device-list index: 0 is the drained one.
+  EXPECT_EQ(slices_started(slices, 0, {left.pid(), left2.pid()}, idle_at + kMs, undrain_at), 0u)
+      << "a tenant ran on the drained MIG instance";
+  EXPECT_GT(slices_started(slices, 1, {right.pid()}, idle_at + kMs, undrain_at), 0u)
+      << "the neighbouring MIG instance stopped too";
+  EXPECT_GT(slices_started(slices, 0, {left.pid(), left2.pid()}, undrain_at, UINT64_MAX), 0u)
+      << "the drained instance's tenants did not resume";
+}
+
+TEST(Drain, RestartedArbiterKeepsTheDrain) {
+  World world(test_name());
+  world.start_arbiter();
+  Ctl drain = quantactl(world, {"drain", "0", "--no-wait"});
+  ASSERT_EQ(drain.code, 0) << drain.err;
+  world.kill_arbiter(SIGTERM);
+  world.start_arbiter();
+  nlohmann::json s = status(world);
+  EXPECT_TRUE(s["gpus"][0].value("draining", false)) << s.dump();
+  EXPECT_NE(world.arbiter_log().find("stays drained"), std::string::npos) << world.arbiter_log();
+
+  // A tenant that starts now waits at the gate: no slice until undrain.
+  Child t = world.spawn_tenant(batch(1.0, start_in(100)), "", true, {{"QUANTA_POD", "late"}});
+  sleep_ms(800);
+  const uint64_t undrain_at = monotonic_ns();
+  ASSERT_EQ(quantactl(world, {"undrain", "0"}).code, 0);
+  expect_clean_exit(t, "tenant started on a drained GPU");
+  const auto slices = read_sim_log(world.sim_log_path());
+  EXPECT_EQ(slices_started(slices, 0, {t.pid()}, 0, undrain_at), 0u) << "ran before undrain";
+  EXPECT_GT(slices_started(slices, 0, {t.pid()}, undrain_at, UINT64_MAX), 0u);
+}
+
+TEST(Drain, UnknownGpuIsRefusedWithTheManagedList) {
+  World world(test_name());
+  world.start_arbiter();
+  Ctl drain = quantactl(world, {"drain", "7"});
+  EXPECT_EQ(drain.code, 1);
+  EXPECT_NE(drain.err.find("managed: 0 GPU-"), std::string::npos) << drain.err;
+  Ctl bad_timeout = quantactl(world, {"drain", "0", "--timeout", "soon"});
+  EXPECT_EQ(bad_timeout.code, 1);
+  EXPECT_NE(bad_timeout.err.find("is not a duration"), std::string::npos) << bad_timeout.err;
+}
+
+}  // namespace
+}  // namespace quanta::integration
