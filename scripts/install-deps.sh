@@ -31,6 +31,30 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Node.js and npm for the deploy/ schema validators (Debian's nodejs and npm, unless a Node.js
+# is installed already), then the validators themselves, pinned by tests/deploy's
+# package-lock.json into tests/deploy/node_modules (git-ignored); npm's cache lets later
+# installs work offline.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: node and npm are missing; run as root or: sudo apt-get install nodejs npm" >&2
+    exit 1
+  fi
+  echo "install-deps: installing nodejs npm"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+deploy_tests=$(cd "$(dirname "$0")/.." && pwd)/tests/deploy
+if [[ ! -f $deploy_tests/node_modules/.package-lock.json ||
+      $deploy_tests/package-lock.json -nt $deploy_tests/node_modules/.package-lock.json ]]; then
+  echo "install-deps: installing the deploy validators (npm ci in tests/deploy)"
+  (cd "$deploy_tests" && npm ci --no-audit --no-fund --prefer-offline --loglevel=error >/dev/null) || {
+    echo "install-deps: npm ci in $deploy_tests failed (the npm registry, or its cache, is needed once)" >&2
+    exit 1
+  }
+fi
+
 cuda_home=${CUDA_HOME:-/usr/local/cuda}
 if [[ ! -f $cuda_home/include/cuda.h ]]; then
   cat >&2 <<MSG

@@ -1,0 +1,166 @@
+// The documentation agrees with the code. `config`: every key the node-config parser
+// accepts is documented in config/quanta.toml under its section, nothing documented there
+// is refused, and every `[section] key` the docs name exists. `metrics`: every quanta_*
+// name in the docs and deploy/ is in docs/metrics.md, which lists each once. `annotations`:
+// every quanta.dev/* annotation the docs and the example pods use is one the parser
+// accepts (the policy parsers through the node config; quanta-hook's own list once hooks/
+// exists), each is defined by exactly one table row in docs/, and the examples' values
+// pass the parser. `alerts`: the operator guide's alert table lists exactly the rules.
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { Report, buildDir, catalogue, familyOf, loadYamlDocs, root, run } from "./lib.mjs";
+
+const mode = process.argv[2];
+const report = new Report(`docs: ${mode}`);
+const arbiter = path.join(buildDir(), "bin/quanta-arbiter");
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), "quanta-docs-"));
+process.on("exit", () => fs.rmSync(tmp, { recursive: true, force: true }));
+
+const docFiles = () => {
+  const out = [path.join(root, "README.md"), path.join(root, "SECURITY.md")];
+  for (const f of fs.readdirSync(path.join(root, "docs"))) if (f.endsWith(".md")) out.push(path.join(root, "docs", f));
+  const walk = (d) => {
+    for (const e of fs.readdirSync(d, { withFileTypes: true })) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/\.(md|ya?ml|json|toml)$/.test(e.name) || e.name === "quanta-install-host") out.push(p);
+    }
+  };
+  walk(path.join(root, "deploy"));
+  return out.filter((f) => fs.existsSync(f));
+};
+const text = (f) => fs.readFileSync(f, "utf8");
+const relp = (f) => path.relative(root, f);
+
+// What the parser accepts, asked of the parser itself: an unknown key in each section makes
+// --check-config list the allowed ones.
+function acceptedKeys() {
+  if (!report.check(fs.existsSync(arbiter), `${arbiter} is built`)) report.finish();
+  const probe = (toml) => {
+    const f = path.join(tmp, "probe.toml");
+    fs.writeFileSync(f, toml);
+    const r = run(arbiter, ["--check-config", "--config", f]);
+    const m = (r.out + r.err).match(/allowed keys are (.*)$/m);
+    if (!m) report.fail(`--check-config did not list the allowed keys for:\n${toml}\n${r.out}${r.err}`);
+    return m ? m[1].split(/,\s*/) : [];
+  };
+  const sections = new Map();
+  sections.set("", probe("quanta_doc_probe = 1\n"));
+  for (const s of sections.get("")) {
+    if (s === "pod") sections.set("pod", probe('[pod."probe"]\nquanta_doc_probe = 1\n'));
+    else sections.set(s, probe(`[${s}]\nquanta_doc_probe = 1\n`));
+  }
+  return sections;
+}
+
+if (mode === "config") {
+  const accepted = acceptedKeys();
+  report.check(accepted.get("").length >= 5, `the parser's sections: ${accepted.get("").join(", ")}`);
+  // config/quanta.toml, key by key: `key = ...` or `# key = ...` under `[section]` or
+  // `# [pod."NAME"]`.
+  const documented = new Map();
+  let section = "";
+  for (const line of text(path.join(root, "config/quanta.toml")).split("\n")) {
+    const h = line.match(/^#?\s*\[(\w+)(?:\."[^"]*")?\]\s*$/);
+    if (h) { section = h[1]; continue; }
+    const k = line.match(/^#?\s*([a-z_]+)\s*=/);
+    if (k) documented.set(section, new Set([...(documented.get(section) ?? []), k[1]]));
+  }
+  for (const [s, keys] of accepted) {
+    if (s === "") continue;
+    for (const k of keys) {
+      report.check(documented.get(s)?.has(k), `[${s}] ${k} is documented in config/quanta.toml`);
+    }
+  }
+  for (const [s, keys] of documented) {
+    for (const k of keys) {
+      const ok = accepted.get(s)?.includes(k);
+      report.check(ok, `config/quanta.toml documents [${s}] ${k}, which the parser ${ok ? "accepts" : "refuses"}`);
+    }
+  }
+  // `[section] key` named anywhere in the docs.
+  for (const f of docFiles()) {
+    for (const m of text(f).matchAll(/`\[(\w+)\] ([a-z_]+)/g)) {
+      const ok = accepted.get(m[1])?.includes(m[2]);
+      report.check(ok, `${relp(f)} names [${m[1]}] ${m[2]}, which the parser ${ok ? "accepts" : "does not accept"}`);
+    }
+  }
+}
+
+if (mode === "metrics") {
+  const cat = catalogue();
+  const rows = [...text(path.join(root, "docs/metrics.md")).matchAll(/^\|\s*`(quanta_[a-z0-9_]+)`\s*\|/gm)].map((m) => m[1]);
+  const dup = rows.filter((r, i) => rows.indexOf(r) !== i);
+  report.check(dup.length === 0, `docs/metrics.md lists each metric once${dup.length ? " (twice: " + dup.join(", ") + ")" : ""}`);
+  for (const f of docFiles()) {
+    if (f.endsWith("docs/metrics.md")) continue;
+    for (const m of new Set([...text(f).matchAll(/\bquanta_[a-z0-9_]*[a-z0-9]\b/g)].map((x) => x[0]))) {
+      if (/^quanta_(arbiter_core|shim|bpf|cuda|log|toml|common|policy|integration)/.test(m)) continue;  // CMake targets
+      report.check(familyOf(m, cat) !== null, `${relp(f)} names ${m}, ${familyOf(m, cat) ? "in" : "which is not in"} docs/metrics.md`);
+    }
+  }
+}
+
+if (mode === "annotations") {
+  // The keys the parser accepts: the policy parsers' (through [defaults]), and quanta-hook's
+  // own annotation table once hooks/ exists.
+  const policy = acceptedKeys().get("defaults").map((k) => k.replace(/_/g, "-"));
+  let accepted = new Set(policy);
+  let source = "the policy parsers ([defaults] keys)";
+  const hooks = path.join(root, "hooks");
+  if (fs.existsSync(path.join(hooks, "CMakeLists.txt"))) {
+    const keys = new Set();
+    for (const f of fs.readdirSync(hooks)) {
+      if (!/\.(cpp|h)$/.test(f)) continue;
+      for (const m of text(path.join(hooks, f)).matchAll(/"quanta\.dev\/([a-z-]+)"/g)) keys.add(m[1]);
+    }
+    if (report.check(keys.size > 0, `hooks/ names the quanta.dev/* annotations it parses (${[...keys].join(", ")})`)) {
+      accepted = keys;
+      source = "quanta-hook (hooks/)";
+    }
+  }
+  accepted.delete("gpu");  // quanta.dev/gpu is the CDI kind, not an annotation
+  const defined = new Map();
+  for (const f of docFiles()) {
+    for (const m of text(f).matchAll(/quanta\.dev\/([a-z][a-z-]*)/g)) {
+      if (m[1] === "gpu") continue;
+      report.check(accepted.has(m[1]), `${relp(f)} uses quanta.dev/${m[1]}, which ${source} ${accepted.has(m[1]) ? "accepts" : "does not accept"}`);
+    }
+    if (!f.includes(`${path.sep}docs${path.sep}`)) continue;
+    for (const m of text(f).matchAll(/^\|\s*`quanta\.dev\/([a-z-]+)`\s*\|/gm)) {
+      defined.set(m[1], [...(defined.get(m[1]) ?? []), relp(f)]);
+    }
+  }
+  for (const k of accepted) {
+    const where = defined.get(k) ?? [];
+    report.check(where.length === 1, `quanta.dev/${k} is defined by one table row in docs/ (${where.length ? where.join(", ") : "none"})`);
+  }
+  // The example pods' values go through the same parsers, as a [pod."…"] table.
+  for (const f of fs.readdirSync(path.join(root, "deploy/examples"))) {
+    for (const { object } of loadYamlDocs(path.join(root, "deploy/examples", f))) {
+      const ann = Object.entries(object.metadata?.annotations ?? {}).filter(([k]) => k.startsWith("quanta.dev/"));
+      report.check(ann.length > 0, `deploy/examples/${f} sets quanta.dev/* annotations`);
+      const toml = `[pod."${object.metadata.name}"]\n` +
+        ann.map(([k, v]) => `${k.slice("quanta.dev/".length).replace(/-/g, "_")} = ${JSON.stringify(String(v))}`).join("\n") + "\n";
+      const file = path.join(tmp, "example.toml");
+      fs.writeFileSync(file, toml);
+      const r = run(arbiter, ["--check-config", "--config", file]);
+      report.check(r.code === 0, `deploy/examples/${f}'s annotation values pass the policy parsers${r.code ? ": " + r.err.trim() : ""}`);
+    }
+  }
+}
+
+if (mode === "alerts") {
+  const rule = loadYamlDocs(path.join(root, "deploy/monitoring/prometheusrule.yaml"))[0].object;
+  const alerts = rule.spec.groups.flatMap((g) => g.rules.filter((r) => r.alert).map((r) => r.alert));
+  const guide = text(path.join(root, "docs/operator-guide.md"));
+  const rows = [...guide.matchAll(/^\|\s*`(Quanta\w+)`\s*\|/gm)].map((m) => m[1]);
+  for (const a of alerts) report.check(rows.filter((r) => r === a).length === 1, `docs/operator-guide.md's alert table lists ${a} once`);
+  for (const r of rows) report.check(alerts.includes(r), `docs/operator-guide.md lists ${r}, which is a rule`);
+}
+
+if (!["config", "metrics", "annotations", "alerts"].includes(mode)) {
+  report.fail(`usage: check_docs.mjs config|metrics|annotations|alerts (got ${mode})`);
+}
+report.finish();

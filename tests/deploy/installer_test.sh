@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# deploy/image/quanta-install-host in a scratch "host": it installs libquanta.so, quanta-hook,
+# ld.so.preload, the node config and the CDI spec; a second install with a new library
+# replaces the file by rename while a process keeps mapping the old one (its bytes stay
+# intact: nothing is truncated); an unchanged payload leaves every file (inode) alone; a
+# node config the arbiter refuses stops the install before anything changes.
+# quanta-hook is the built one when it exists; until hooks/ lands, a test double stands in
+# for its `cdi generate` (it writes the mounts docs/operator-guide.md lists) so the file
+# handling is still tested.
+set -euo pipefail
+src=${1:?usage: installer_test.sh SOURCE_DIR BUILD_DIR}
+build=${2:?}
+t=$(mktemp -d /tmp/quanta-install.XXXXXX)
+mapper=
+cleanup() { [[ -n $mapper ]] && kill "$mapper" 2>/dev/null; rm -rf "$t" /dev/shm/quanta-install-$$*; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+passed=0
+ok() { echo "ok: $*"; passed=$((passed + 1)); }
+
+mkdir -p "$t/payload/lib" "$t/payload/bin" "$t/node-config"
+cp "$build/lib/libquanta.so" "$t/payload/lib/libquanta.so"
+if [[ -x $build/bin/quanta-hook ]]; then
+  cp "$build/bin/quanta-hook" "$t/payload/bin/quanta-hook"
+  hook_kind="built quanta-hook"
+  export LD_LIBRARY_PATH=$build/sim SIMGPU_STATE=quanta-install-$$
+else
+  hook_kind="test double for quanta-hook"
+  cat >"$t/payload/bin/quanta-hook" <<'HOOK'
+#!/bin/sh
+# Test double: `cdi generate` as the documented contract describes it.
+[ "$1 $2" = "cdi generate" ] || { echo "double: only cdi generate" >&2; exit 2; }
+shift 2
+for a in "$@"; do case $a in --prefix) k=p ;; --socket) k=s ;; --config) k=c ;; --output) k=o ;; --format) k=f ;;
+  *) case $k in p) prefix=$a ;; s) socket=$a ;; c) config=$a ;; o) out=$a ;; esac; k= ;; esac; done
+cat >"$out" <<SPEC
+cdiVersion: "0.5.0"
+kind: quanta.dev/gpu
+devices:
+  - name: all
+    containerEdits: {}
+containerEdits:
+  mounts:
+    - {hostPath: $prefix/lib/libquanta.so, containerPath: $prefix/lib/libquanta.so, options: [ro, bind]}
+    - {hostPath: $prefix/etc/ld.so.preload, containerPath: /etc/ld.so.preload, options: [ro, bind]}
+    - {hostPath: $socket, containerPath: $socket, options: [bind]}
+  hooks:
+    - {hookName: createContainer, path: $prefix/bin/quanta-hook, args: [quanta-hook, create, --config, $config]}
+SPEC
+HOOK
+  chmod +x "$t/payload/bin/quanta-hook"
+fi
+node -e '
+const YAML = require(process.argv[1] + "/tests/deploy/node_modules/yaml");
+const fs = require("fs");
+const cm = YAML.parse(fs.readFileSync(process.argv[1] + "/deploy/node/node-config.yaml", "utf8"));
+fs.writeFileSync(process.argv[2], cm.data["quanta.toml"]);' "$src" "$t/node-config/quanta.toml"
+
+install() {
+  "$src/deploy/image/quanta-install-host" --prefix="$t/opt/quanta" --node-config="$t/node-config/quanta.toml" \
+    --config="$t/etc/quanta/quanta.toml" --socket=/run/quanta/tenant.sock --cdi-dir="$t/etc/cdi" \
+    --payload="$t/payload" --arbiter="$build/bin/quanta-arbiter"
+}
+inode() { stat -c %i "$1"; }
+
+# 1. A fresh node.
+out=$(install) || fail "first install failed: $out"
+for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do
+  [[ -f $t/$f ]] || fail "$f not installed: $out"
+done
+[[ -x $t/opt/quanta/bin/quanta-hook ]] || fail "quanta-hook is not executable"
+[[ $(cat "$t/opt/quanta/etc/ld.so.preload") == "$t/opt/quanta/lib/libquanta.so" ]] || fail "ld.so.preload: $(cat "$t/opt/quanta/etc/ld.so.preload")"
+cmp -s "$t/node-config/quanta.toml" "$t/etc/quanta/quanta.toml" || fail "the node config copy differs"
+grep -q "kind: quanta.dev/gpu" "$t/etc/cdi/quanta.yaml" || fail "the CDI spec is not of kind quanta.dev/gpu"
+leftovers=$(find "$t/opt" "$t/etc" -name '*.new.*' -o -name '.*.staged')
+[[ -z $leftovers ]] || fail "staging files left behind: $leftovers"
+ok "a fresh install puts every file in place ($hook_kind)"
+
+# 2. A new library while a process maps the old one.
+mkfifo "$t/mapper.fifo"
+python3 -c '
+import hashlib, mmap, sys
+f = open(sys.argv[1], "rb"); m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+print(hashlib.sha256(m[:]).hexdigest(), flush=True)
+sys.stdin.readline()
+print(hashlib.sha256(m[:]).hexdigest(), flush=True)' "$t/opt/quanta/lib/libquanta.so" <"$t/mapper.fifo" >"$t/mapper.out" 2>&1 &
+mapper=$!
+exec 9>"$t/mapper.fifo"
+for _ in $(seq 50); do [[ -s $t/mapper.out ]] && break; sleep 0.1; done
+before=$(head -1 "$t/mapper.out")
+old_inode=$(inode "$t/opt/quanta/lib/libquanta.so")
+printf 'a newer build\n' >>"$t/payload/lib/libquanta.so"
+out=$(install) || fail "second install failed: $out"
+[[ $out == *"libquanta.so installed"* ]] || fail "the new library was not installed: $out"
+cmp -s "$t/payload/lib/libquanta.so" "$t/opt/quanta/lib/libquanta.so" || fail "the installed library is not the new one"
+[[ $(inode "$t/opt/quanta/lib/libquanta.so") != "$old_inode" ]] || fail "the library was rewritten in place, not replaced"
+echo >&9
+exec 9>&-
+wait "$mapper" || fail "the process mapping the old library died: $(cat "$t/mapper.out")"
+mapper=
+after=$(sed -n 2p "$t/mapper.out")
+[[ -n $before && $before == "$after" ]] || fail "the mapped old library changed under its process ($before -> $after)"
+ok "a new library replaces the old by rename; the process mapping the old one reads it intact"
+
+# 3. Same payload again: nothing is touched.
+inodes=$(for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do inode "$t/$f"; done)
+out=$(install) || fail "third install failed: $out"
+[[ $(grep -c unchanged <<<"$out") -eq 5 ]] || fail "an unchanged payload was rewritten: $out"
+again=$(for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do inode "$t/$f"; done)
+[[ $inodes == "$again" ]] || fail "inodes changed on an unchanged install"
+ok "an unchanged payload leaves every file alone"
+
+# 4. A node config the arbiter refuses: the install stops before changing anything.
+printf '[node]\nscope = "no spaces allowed"\n' >"$t/node-config/quanta.toml"
+if out=$(install 2>&1); then fail "installed with an invalid node config: $out"; fi
+[[ $out == *"scope"* && $out == *"nothing was installed"* ]] || fail "invalid-config message: $out"
+cmp -s "$t/etc/quanta/quanta.toml" <(printf '[node]\nscope = "no spaces allowed"\n') && fail "the invalid config was copied"
+[[ $(inode "$t/opt/quanta/lib/libquanta.so") == $(echo "$again" | head -1) ]] || fail "the library changed"
+ok "an invalid node config stops the install with the parser's message"
+echo "installer: $passed passed, 0 failed"
