@@ -1,6 +1,6 @@
 // The tenant side of the arbiter's socket and regions: connecting, one message out, one
 // message in with the file descriptors that travel with it, and mapping the regions those
-// descriptors name after checking magic, version and size. Stateless; link.cpp owns the
+// descriptors name after checking magic, version and size. Stateless; session.cpp owns the
 // connection and decides what a failure means (always: run ungated, log once).
 #pragma once
 
@@ -20,6 +20,15 @@ struct FileIdentity {
   bool operator==(const FileIdentity&) const = default;
 };
 
+// Any message the arbiter sends a tenant, received into one buffer and told apart by type.
+union ArbiterReply {
+  common::MessageHeader header;
+  common::WelcomeMessage welcome;
+  common::RefusedMessage refused;
+  common::AttachedMessage attached;
+  common::AttachFailedMessage attach_failed;
+};
+
 // Connects a SOCK_SEQPACKET|SOCK_CLOEXEC socket to `path` with send and receive timeouts,
 // so a hung arbiter can never hang a CUDA call for long. -1 with errno on failure.
 int wire_connect(const char* path) noexcept;
@@ -30,7 +39,8 @@ bool wire_send(int socket_fd, const void* message, size_t size) noexcept;
 // Receives one message into `buffer` (zeroed first). Descriptors that arrive land in
 // `fds` (close-on-exec); those beyond `max_fds` are closed. Returns the bytes received,
 // 0 on end of stream, -1 on error or timeout.
-long wire_receive(int socket_fd, void* buffer, size_t capacity, int* fds, int max_fds, int* fd_count) noexcept;
+long wire_receive(int socket_fd, void* buffer, size_t capacity, int* fds, int max_fds,
+                  int* fd_count) noexcept;
 
 // True when a received message has our magic and version, a type we know and exactly the
 // size that type has.

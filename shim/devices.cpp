@@ -55,6 +55,40 @@ bool device_uuid(CUdevice device, CUuuid* uuid) noexcept {
   return true;
 }
 
+bool device_uuid_name(CUdevice device, char* out, size_t capacity) noexcept {
+  CUuuid uuid;
+  if (!device_uuid(device, &uuid)) return false;
+  const char* prefix = "GPU-";
+  auto get_v1 = QUANTA_REAL(cuDeviceGetUuid);
+  CUuuid parent{};
+  if (get_v1 && get_v1(&parent, device) == CUDA_SUCCESS &&
+      memcmp(parent.bytes, uuid.bytes, 16) != 0)
+    prefix = "MIG-";
+  format_uuid(uuid, prefix, out, capacity);
+  return true;
+}
+
+bool context_device(CUcontext context, CUdevice* device) noexcept {
+  using GetDeviceV2 = CUresult (*)(CUdevice*, CUcontext);
+  static std::atomic<void*> v2_cache{nullptr};
+  if (auto get_v2 = cached_real<GetDeviceV2>(v2_cache, "cuCtxGetDevice_v2", &real_driver_symbol)) {
+    if (get_v2(device, context) == CUDA_SUCCESS) return true;
+  }
+  auto get_current = QUANTA_REAL(cuCtxGetCurrent);
+  auto get_device = QUANTA_REAL(cuCtxGetDevice);
+  auto push = QUANTA_REAL(cuCtxPushCurrent_v2);
+  auto pop = QUANTA_REAL(cuCtxPopCurrent_v2);
+  if (!get_current || !get_device || !push || !pop) return false;
+  CUcontext current = nullptr;
+  if (get_current(&current) != CUDA_SUCCESS) return false;
+  if (current == context) return get_device(device) == CUDA_SUCCESS;
+  if (push(context) != CUDA_SUCCESS) return false;
+  const bool ok = get_device(device) == CUDA_SUCCESS;
+  CUcontext popped = nullptr;
+  pop(&popped);
+  return ok;
+}
+
 bool device_with_uuid(const CUuuid& uuid, CUdevice* device) noexcept {
   auto init = QUANTA_REAL(cuInit);
   auto count = QUANTA_REAL(cuDeviceGetCount);

@@ -18,6 +18,15 @@ bool current_device(CUdevice* device) noexcept;
 // The UUID of `device` (cuDeviceGetUuid_v2: a MIG instance has its own), cached per ordinal.
 bool device_uuid(CUdevice device, CUuuid* uuid) noexcept;
 
+// The UUID of `device` as the arbiter names it, "GPU-…" or "MIG-…" (a MIG instance is told
+// apart from its GPU the way the driver allows: the legacy cuDeviceGetUuid answers with the
+// parent GPU's UUID, the _v2 entry with the instance's own). `out` holds kUuidLen bytes.
+bool device_uuid_name(CUdevice device, char* out, size_t capacity) noexcept;
+
+// The device a context belongs to, without disturbing the caller's current context for
+// longer than the lookup.
+bool context_device(CUcontext context, CUdevice* device) noexcept;
+
 // The ordinal, in this process's numbering, of the device with this UUID. Initialises the
 // driver (cuInit) if the process has not: used by NVML callers, which may never have.
 bool device_with_uuid(const CUuuid& uuid, CUdevice* device) noexcept;

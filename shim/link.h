@@ -1,6 +1,7 @@
 // The seam inside libquanta.so between interposition (wrappers, memory ledger, views)
 // and the arbiter link (tenant socket, shared regions, launch gate). Wrappers call only
-// these functions; link.cpp implements them. Everything here is freestanding C++.
+// these functions; the link rooms (session.cpp, gate.cpp, contexts.cpp, …, sharing
+// link_state.h) implement them. Everything here is freestanding C++.
 #pragma once
 
 #include <cuda.h>

@@ -1,0 +1,161 @@
+// The context table: which device binding each CUDA context's launches go through (found
+// once per context, then cached per thread), forgotten when the context is destroyed, and
+// walked by the link thread to drain a device's work on a revoke.
+#include <sched.h>
+
+#include "shim/devices.h"
+#include "shim/link_state.h"
+#include "shim/log.h"
+#include "shim/real_driver.h"
+#include "shim/spin.h"
+
+namespace quanta::shim {
+
+QUANTA_TLS LastHit t_last = {nullptr, nullptr, 0};
+
+namespace {
+
+enum ContextState : uint32_t {
+  kCtxFree = 0,
+  kCtxClaiming = 1,
+  kCtxLive = 2,
+  kCtxDraining = 3,
+  kCtxDead = 4
+};
+
+struct ContextEntry {
+  std::atomic<CUcontext> context{nullptr};
+  std::atomic<uint32_t> state{kCtxFree};
+  std::atomic<Binding*> binding{nullptr};
+};
+
+ContextEntry g_contexts[kMaxContexts];
+
+size_t context_hash(CUcontext context) {
+  auto bits = reinterpret_cast<uintptr_t>(context);
+  bits ^= bits >> 17;
+  bits *= 0x9e3779b97f4a7c15ull;
+  return static_cast<size_t>(bits >> 40) % kMaxContexts;
+}
+
+// Records which binding a context's launches go through (once per context).
+Binding* register_context(CUcontext context) {
+  CUdevice device = -1;
+  {
+    InLink guard;
+    if (!context_device(context, &device)) return nullptr;
+  }
+  Binding* binding = ensure_binding(device);
+  if (!binding) return nullptr;
+  const size_t start = context_hash(context);
+  for (size_t probe = 0; probe < static_cast<size_t>(kMaxContexts); ++probe) {
+    ContextEntry& entry = g_contexts[(start + probe) % kMaxContexts];
+    CUcontext key = entry.context.load(std::memory_order_acquire);
+    if (key == nullptr) {
+      if (!entry.context.compare_exchange_strong(key, context, std::memory_order_acq_rel)) {
+        if (key != context) continue;  // another context took it
+      } else {
+        entry.binding.store(binding, std::memory_order_release);
+        entry.state.store(kCtxLive, std::memory_order_release);
+        return binding;
+      }
+    }
+    if (key != context) continue;
+    uint32_t state = entry.state.load(std::memory_order_acquire);
+    if (state == kCtxDead &&
+        entry.state.compare_exchange_strong(state, kCtxClaiming, std::memory_order_acq_rel)) {
+      entry.binding.store(binding, std::memory_order_release);
+      entry.state.store(kCtxLive, std::memory_order_release);
+    }
+    return binding;  // live, draining or being claimed by another thread: same binding
+  }
+  QUANTA_LOG_WARN("more than %d CUDA contexts: the newest run ungated", kMaxContexts);
+  return nullptr;
+}
+
+Binding* lookup_context(CUcontext context) {
+  const size_t start = context_hash(context);
+  for (size_t probe = 0; probe < static_cast<size_t>(kMaxContexts); ++probe) {
+    ContextEntry& entry = g_contexts[(start + probe) % kMaxContexts];
+    CUcontext key = entry.context.load(std::memory_order_acquire);
+    if (key == nullptr) return nullptr;
+    if (key != context) continue;
+    uint32_t state;
+    while ((state = entry.state.load(std::memory_order_acquire)) == kCtxFree ||
+           state == kCtxClaiming)
+      cpu_relax();
+    return state == kCtxDead ? nullptr : entry.binding.load(std::memory_order_acquire);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Binding* binding_for_context_slow(CUcontext context, uint32_t epoch) {
+  if (context == nullptr) {
+    auto get_current = QUANTA_REAL(cuCtxGetCurrent);
+    if (!get_current || get_current(&context) != CUDA_SUCCESS || context == nullptr) return nullptr;
+    if (t_last.context == context && t_last.epoch == epoch) return t_last.binding;
+  }
+  if (!ensure_linked()) return nullptr;
+  Binding* binding = lookup_context(context);
+  if (!binding) binding = register_context(context);
+  t_last = LastHit{context, binding, epoch};
+  return binding;
+}
+
+// Finishes this process's work on the device of `binding`: every context it launched on
+// there is synchronised, so the next tenant's quantum starts on an idle engine.
+void drain_contexts(Binding* binding) {
+  auto push = QUANTA_REAL(cuCtxPushCurrent_v2);
+  auto pop = QUANTA_REAL(cuCtxPopCurrent_v2);
+  auto synchronize = QUANTA_REAL(cuCtxSynchronize);
+  if (!push || !pop || !synchronize) return;
+  for (ContextEntry& entry : g_contexts) {
+    if (entry.binding.load(std::memory_order_acquire) != binding) continue;
+    uint32_t expected = kCtxLive;
+    if (!entry.state.compare_exchange_strong(expected, kCtxDraining, std::memory_order_acq_rel))
+      continue;
+    CUcontext context = entry.context.load(std::memory_order_acquire);
+    if (push(context) == CUDA_SUCCESS) {
+      synchronize();  // a failure here is the application's to see on its own next call
+      CUcontext popped = nullptr;
+      pop(&popped);
+    }
+    entry.state.store(kCtxLive, std::memory_order_release);
+  }
+}
+
+void contexts_reset_in_child() {
+  for (ContextEntry& entry : g_contexts) {
+    entry.state.store(kCtxFree);
+    entry.binding.store(nullptr);
+    entry.context.store(nullptr);
+  }
+  t_last = LastHit{nullptr, nullptr, 0};
+}
+
+void link_forget_context(CUcontext context) {
+  if (context == nullptr) return;
+  const size_t start = context_hash(context);
+  for (size_t probe = 0; probe < static_cast<size_t>(kMaxContexts); ++probe) {
+    ContextEntry& entry = g_contexts[(start + probe) % kMaxContexts];
+    CUcontext key = entry.context.load(std::memory_order_acquire);
+    if (key == nullptr) return;
+    if (key != context) continue;
+    // Wait out a drain in progress on this context before the driver destroys it.
+    for (;;) {
+      uint32_t state = entry.state.load(std::memory_order_acquire);
+      if (state == kCtxDead || state == kCtxFree) break;
+      if (state == kCtxDraining || state == kCtxClaiming) {
+        sched_yield();
+        continue;
+      }
+      if (entry.state.compare_exchange_weak(state, kCtxDead, std::memory_order_acq_rel)) break;
+    }
+    g_process.epoch.fetch_add(1, std::memory_order_release);
+    return;
+  }
+}
+
+}  // namespace quanta::shim

@@ -1,0 +1,253 @@
+// The arbiter link's process-wide state, shared by its rooms (session.cpp, gate.cpp,
+// activity.cpp, contexts.cpp, link_thread.cpp, fork.cpp): fixed tables only, a binding per
+// CUdevice ordinal, routes that are never freed, and the few functions one room calls in
+// another. Internal to libquanta.so; wrappers use link.h.
+#pragma once
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "common/clock.h"
+#include "common/shm_layout.h"
+#include "shim/arbiter_wire.h"
+#include "shim/link.h"
+
+namespace quanta::shim {
+
+using common::ControlRegion;
+using common::ControlSlot;
+using common::GateChannel;
+using common::kMaxGpus;
+using common::kNsPerMs;
+using common::kNsPerSec;
+using common::monotonic_ns;
+using common::PodRegion;
+
+constexpr uint64_t kGateWaitSliceNs =
+    100 * kNsPerMs;  // a blocked launcher re-checks the lease this often
+constexpr uint64_t kLinkWaitSliceNs = 50 * kNsPerMs;  // the link thread's loop period at most
+constexpr uint64_t kBusyGapNs = 10 * kNsPerMs;        // launch gaps longer than this are idleness
+constexpr uint32_t kBusyRunLaunches = 4;  // short gaps in a row before the estimate counts
+constexpr uint64_t kInflightClearSlackNs =
+    200 * 1000;                             // lateness allowed before clearing the estimate
+constexpr uint32_t kLaunchFlushBatch = 64;  // thread-local launches published at most this late
+constexpr uint32_t kMaxGateThreads =
+    1024;  // threads with their own gate mark; later ones share a counter
+constexpr uint64_t kReconnectEveryNs = 100 * kNsPerMs;  // after the arbiter went away
+constexpr uint64_t kRefusedRetryNs = 1000 * kNsPerMs;   // after a reconnect was refused
+constexpr uint64_t kDefaultLeaseNs = 1000 * kNsPerMs;   // when a region leaves lease_ns at 0
+constexpr uint64_t kFirstUseWaitNs =
+    5 * kNsPerSec;  // how long a thread waits for another's connect
+constexpr int kMaxContexts = 512;
+constexpr int kMaxRoutes = kMaxGpus * 8;
+
+#define QUANTA_TLS __attribute__((tls_model("initial-exec"))) thread_local
+
+// Process-private futex helpers (the link's own words, never shared with the arbiter).
+inline void private_wait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{static_cast<time_t>(timeout_ns / kNsPerSec),
+              static_cast<long>(timeout_ns % kNsPerSec)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr,
+          0);
+}
+
+inline void private_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE_PRIVATE, INT32_MAX, nullptr,
+          nullptr, 0);
+}
+
+// A small lock for the socket (no pthread mutex: its symbol versions moved in glibc 2.34
+// and a lock this simple needs none of its features).
+class SocketLock {
+ public:
+  void lock() {
+    uint32_t expected = 0;
+    if (word_.compare_exchange_strong(expected, 1, std::memory_order_acquire)) return;
+    while (word_.exchange(2, std::memory_order_acquire) != 0) private_wait(&word_, 2, kNsPerSec);
+  }
+  bool try_lock() {
+    uint32_t expected = 0;
+    return word_.compare_exchange_strong(expected, 1, std::memory_order_acquire);
+  }
+  void unlock() {
+    if (word_.exchange(0, std::memory_order_release) == 2) private_wake_all(&word_);
+  }
+  void reset() { word_.store(0, std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint32_t> word_{0};  // 0 free, 1 held, 2 held with waiters
+};
+
+enum LinkState : uint32_t { kUntouched = 0, kConnecting = 1, kLinked = 2, kUnplaced = 3 };
+
+// Where one device's gate lives for the current arbiter connection.
+struct Route {
+  const ControlRegion* control;
+  const ControlSlot* slot;
+  GateChannel* channel;
+  uint32_t gpu_index;
+  uint32_t slot_index;
+};
+
+enum BindingState : uint32_t {
+  kEmpty = 0,      // never used
+  kAttaching = 1,  // one thread is attaching it
+  kReady = 2,      // has a route
+  kPending = 3,    // known, but the arbiter was unreachable: the link thread attaches it later
+  kFailed = 4,     // the arbiter or the driver refused: ungated for good
+};
+
+struct Binding {
+  std::atomic<uint32_t> state{kEmpty};
+  std::atomic<Route*> route{nullptr};
+  // Launchers past the gate that have no thread mark of their own (see gate.cpp).
+  std::atomic<uint32_t> launchers_inside{0};
+  std::atomic<uint32_t> lapsed{0};  // the arbiter's heartbeat went stale
+  std::atomic<uint32_t> lapse_logged{0};
+  // Moving average of the gaps between this process's launches while it is busy: the
+  // basis of the queued-work estimate published in GateChannel::inflight_ns.
+  std::atomic<uint64_t> gap_average_ns{0};
+  std::atomic<uint32_t> busy_run{0};  // consecutive launches at most kBusyGapNs apart
+  // Activity stamps: the CLOCK_MONOTONIC_COARSE tick of the last precise stamp, and the
+  // channel's launch count then (the gap average divides by launches since).
+  std::atomic<uint64_t> stamped_tick{0};
+  std::atomic<uint64_t> stamped_launches{0};
+  char uuid[common::kUuidLen] = {};
+  // Link thread only:
+  uint32_t handled_turn = 0;
+  bool handled_valid = false;
+};
+
+// A control region mapped for one of the arbiter's GPU indices.
+struct ControlMapping {
+  const ControlRegion* region = nullptr;
+  FileIdentity file;
+};
+
+struct Process {
+  std::atomic<uint32_t> state{kUntouched};
+  std::atomic<uint32_t> epoch{1};  // bumped when cached lookups must be redone
+  std::atomic<int> socket_fd{-1};
+  std::atomic<int> doorbell_fd{-1};
+  std::atomic<uint32_t> connected{0};
+  std::atomic<PodRegion*> pod{nullptr};
+  std::atomic<uint32_t> proc_index{0};
+  std::atomic<uint32_t> pid{0};
+  std::atomic<uint32_t> kick{0};  // bumped to wake the link thread (a new binding is ready)
+  FileIdentity pod_file;
+  uint64_t generation = 0;
+  SocketLock socket_lock;
+  ControlMapping controls[kMaxGpus];  // under socket_lock
+  bool refused_logged = false;
+};
+
+extern Process g_process;
+extern Binding g_bindings[kMaxGpus];
+
+// Per thread: the re-entrancy guard (a driver call made by the link itself must never come
+// back into the gate) and the launch counts not yet published (activity.cpp).
+extern QUANTA_TLS bool t_in_link;
+extern QUANTA_TLS uint32_t t_pending_launches[kMaxGpus];
+
+struct InLink {
+  bool previous;
+  InLink() : previous(t_in_link) { t_in_link = true; }
+  ~InLink() { t_in_link = previous; }
+};
+
+inline uint32_t binding_index(const Binding* binding) {
+  return static_cast<uint32_t>(binding - g_bindings);
+}
+
+inline bool lease_stale(const ControlRegion* control, uint64_t now) {
+  const uint64_t heartbeat = control->header.heartbeat_ns.load(std::memory_order_acquire);
+  uint64_t lease = control->header.lease_ns.load(std::memory_order_relaxed);
+  if (lease == 0) lease = kDefaultLeaseNs;
+  return now > heartbeat && now - heartbeat > lease;
+}
+
+inline uint64_t coarse_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * kNsPerSec + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// --- session.cpp: the arbiter conversation ------------------------------------------
+// True when this process is linked to an arbiter (possibly disconnected for now).
+bool ensure_linked();
+// The binding of a device ordinal, attached on first use; nullptr out of range.
+Binding* ensure_binding(CUdevice device);
+// After the arbiter went away: hello again and re-attach every known device. False while
+// it is still unreachable; *refused when it answered with a refusal.
+bool reconnect(bool* refused);
+void ring_doorbell();
+void session_reset_in_child();
+
+// --- gate.cpp: thread marks and the revoke barrier ----------------------------------
+// Link thread, after it saw an even turn: true while a launcher that read the odd turn
+// before it may still be submitting.
+bool anyone_inside(const Binding* binding);
+// The heavy half of the asymmetric barrier (see gate.cpp).
+void launcher_barrier();
+void register_launcher_barrier();
+void gate_reset_in_child();
+
+// --- activity.cpp: launch statistics and the queued-work estimate --------------------
+extern uint64_t g_coarse_tick_ns;  // CLOCK_MONOTONIC_COARSE resolution (link thread)
+void publish_pending_launches(uint32_t index);
+void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t tick);
+// Link thread: clears the estimate once the process stopped launching for that long.
+// Returns how soon it wants to look again (0: nothing pending).
+uint64_t expire_inflight(const Binding* binding, const Route* route, uint64_t now);
+void activity_reset_in_child();
+
+// Counts a launch that passed the gate; stamps its time only when someone can use it.
+inline void note_launch(Binding* binding, const Route* route) {
+  const uint32_t index = binding_index(binding);
+  const uint32_t pending = ++t_pending_launches[index];
+  if (route->control->header.waiters.load(std::memory_order_relaxed) != 0) {
+    stamp_launch(binding, route, index, 0);
+    return;
+  }
+  const uint64_t tick = coarse_ns();
+  if (__builtin_expect(tick == binding->stamped_tick.load(std::memory_order_relaxed), 1)) {
+    if (__builtin_expect(pending >= kLaunchFlushBatch, 0)) publish_pending_launches(index);
+    return;
+  }
+  stamp_launch(binding, route, index, tick);
+}
+
+// --- contexts.cpp: which binding a context's launches go through ---------------------
+struct LastHit {
+  CUcontext context;
+  Binding* binding;
+  uint32_t epoch;
+};
+extern QUANTA_TLS LastHit t_last;
+Binding* binding_for_context_slow(CUcontext context, uint32_t epoch);
+// Synchronises every context of this process on the device of `binding`.
+void drain_contexts(Binding* binding);
+void contexts_reset_in_child();
+
+// The binding a launch on `context` goes through: a couple of thread-local loads when the
+// same thread launches on the same context again.
+inline Binding* binding_for_context(CUcontext context) {
+  const uint32_t epoch = g_process.epoch.load(std::memory_order_acquire);
+  if (__builtin_expect(context != nullptr && t_last.context == context && t_last.epoch == epoch, 1))
+    return t_last.binding;
+  return binding_for_context_slow(context, epoch);
+}
+
+// --- link_thread.cpp ------------------------------------------------------------------
+bool start_link_thread();
+
+// --- fork.cpp ----------------------------------------------------------------------------
+// The child of a fork is a new process to the arbiter: it keeps no link.
+void reset_link_in_child();
+
+}  // namespace quanta::shim
