@@ -2,13 +2,13 @@
 // accepts is documented in config/quanta.toml under its section, nothing documented there
 // is refused, and every `[section] key` the docs name exists. `metrics`: every quanta_*
 // name in the docs and deploy/ is in docs/metrics.md, which lists each once. `annotations`:
-// every quanta.dev/* annotation the docs and the example pods use is one the parser
-// accepts (the policy parsers through the node config; quanta-hook's own list once hooks/
-// exists), each is defined by exactly one table row in docs/, and the examples' values
-// pass the parser. `alerts`: the operator guide's alert table lists exactly the rules.
+// every quanta.dev/* annotation the docs and the example pods use is one the annotation
+// parser accepts (apply_policy_value, which quanta-hook and `quantactl set` share), each
+// is defined by exactly one table row in docs/, and the examples' values pass it. `alerts`: the operator guide's alert table lists exactly the rules.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { spawn } from "node:child_process";
 import { Report, buildDir, catalogue, familyOf, loadYamlDocs, root, run } from "./lib.mjs";
 
 const mode = process.argv[2];
@@ -103,23 +103,29 @@ if (mode === "metrics") {
 }
 
 if (mode === "annotations") {
-  // The keys the parser accepts: the policy parsers' (through [defaults]), and quanta-hook's
-  // own annotation table once hooks/ exists.
-  const policy = acceptedKeys().get("defaults").map((k) => k.replace(/_/g, "-"));
-  let accepted = new Set(policy);
-  let source = "the policy parsers ([defaults] keys)";
-  const hooks = path.join(root, "hooks");
-  if (fs.existsSync(path.join(hooks, "CMakeLists.txt"))) {
-    const keys = new Set();
-    for (const f of fs.readdirSync(hooks)) {
-      if (!/\.(cpp|h)$/.test(f)) continue;
-      for (const m of text(path.join(hooks, f)).matchAll(/"quanta\.dev\/([a-z-]+)"/g)) keys.add(m[1]);
-    }
-    if (report.check(keys.size > 0, `hooks/ names the quanta.dev/* annotations it parses (${[...keys].join(", ")})`)) {
-      accepted = keys;
-      source = "quanta-hook (hooks/)";
-    }
+  // The keys the annotation parser accepts, asked of it: quanta-hook and `quantactl set`
+  // both go through the arbiter's apply_policy_value, which lists them for an unknown key.
+  // A short-lived arbiter on simgpu answers the `set`.
+  const quantactl = path.join(buildDir(), "bin/quantactl");
+  const scope = `qdocs${process.pid}`;
+  const sim = `quanta-docs-${process.pid}`;
+  fs.writeFileSync(path.join(tmp, "arbiter.toml"), `[node]\nscope = "${scope}"\ntenant_socket = "${tmp}/t.sock"\n` +
+    `admin_socket = "${tmp}/a.sock"\nstate_dir = "${tmp}/state"\n`);
+  const env = { ...process.env, LD_LIBRARY_PATH: path.join(buildDir(), "sim"), SIMGPU_STATE: sim };
+  const daemon = spawn(arbiter, ["--foreground", "--config", path.join(tmp, "arbiter.toml")], { env, stdio: "ignore" });
+  let answer = "";
+  for (let i = 0; i < 100; i++) {
+    const r = run(quantactl, ["--admin-socket", `${tmp}/a.sock`, "set", "docs/probe", "quanta.dev/quanta-doc-probe=1"]);
+    answer = r.out + r.err;
+    if (/allowed keys are/.test(answer)) break;
+    run("sleep", ["0.05"]);
   }
+  daemon.kill("SIGKILL");
+  for (const f of fs.readdirSync("/dev/shm")) if (f.startsWith(scope + ".") || f.startsWith(sim)) fs.rmSync(`/dev/shm/${f}`, { force: true });
+  const listed = answer.match(/allowed keys are (.*)$/m)?.[1]?.split(/,\s*/) ?? [];
+  if (!report.check(listed.length > 0, `the annotation parser lists its keys (quantactl set said: ${answer.trim()})`)) report.finish();
+  const accepted = new Set(listed);
+  const source = "the annotation parser";
   accepted.delete("gpu");  // quanta.dev/gpu is the CDI kind, not an annotation
   const defined = new Map();
   for (const f of docFiles()) {

@@ -44,52 +44,70 @@ report.check(tomlValue("tenant_socket") === kContract.tenantSocket, "the arbiter
 report.check(tomlValue("admin_socket") === kContract.adminSocket, `the arbiter serves the admin socket at ${kContract.adminSocket}`);
 report.check(hostPathOf(arbiter, path.dirname(kContract.tenantSocket)) === path.dirname(kContract.tenantSocket), "the sockets' directory is the host's");
 
-// The installer provides every contract file.
+// The installer provides the payload; quanta-hook writes <prefix>/etc itself.
 const installer = fs.readFileSync(path.join(root, "deploy/image/quanta-install-host"), "utf8");
 for (const f of kContract.files) {
-  const provided = installer.includes(`"$prefix/${f}"`);
-  if (f === "etc/node.conf" && !provided) {
-    console.log(`NOTE: ${kContract.prefix}/${f} is left to quanta-hook (the installer fails if the spec mounts a file nobody wrote)`);
+  if (f.startsWith("etc/")) {
+    report.check(!installer.includes(`"$prefix/${f}"`), `${kContract.prefix}/${f} is left to quanta-hook cdi generate, which writes it`);
     continue;
   }
-  report.check(provided, `the installer writes ${kContract.prefix}/${f}`);
+  report.check(installer.includes(`"$prefix/${f}"`), `the installer writes ${kContract.prefix}/${f}`);
 }
 
-// The real generator, once it is built.
+// The real generator, once it is built: the spec it writes for the DaemonSet's paths, and
+// a generation into a scratch prefix after which every host path it mounts must exist.
 const hook = path.join(buildDir(), "bin/quanta-hook");
 let mode = "documented contract (no build/bin/quanta-hook yet)";
 if (fs.existsSync(hook)) {
   mode = "quanta-hook cdi generate";
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "quanta-cdi-"));
-  const out = path.join(dir, "quanta.json");
+  const config = path.join(dir, "quanta.toml");
+  fs.writeFileSync(config, toml);
   const env = { ...process.env, LD_LIBRARY_PATH: path.join(buildDir(), "sim"), SIMGPU_STATE: `quanta-cdi-${process.pid}` };
-  const r = run(hook, ["cdi", "generate", "--prefix", kContract.prefix, "--socket", kContract.tenantSocket,
-    "--config", kContract.nodeConfig, "--output", out, "--format", "json"], { env });
-  fs.rmSync(`/dev/shm/${env.SIMGPU_STATE}`, { force: true });
-  if (report.check(r.code === 0 && fs.existsSync(out), `quanta-hook cdi generate succeeds${r.code ? ": " + r.err.trim() : ""}`)) {
+  const generate = (prefix, output, extra = []) => run(hook, ["cdi", "generate", "--prefix", prefix,
+    "--socket", kContract.tenantSocket, "--config", config, "--output", output, "--format", "json", ...extra], { env });
+  const out = path.join(dir, "quanta.json");
+  const r = generate(kContract.prefix, out, ["--spec-only"]);
+  if (report.check(r.code === 0 && fs.existsSync(out), `quanta-hook cdi generate --spec-only succeeds${r.code ? ": " + r.err.trim() : ""}`)) {
     const cdi = JSON.parse(fs.readFileSync(out, "utf8"));
     report.check(cdi.kind === kContract.kind, `the spec's kind is ${kContract.kind} (got ${cdi.kind})`);
     const edits = [cdi.containerEdits ?? {}, ...(cdi.devices ?? []).map((d) => d.containerEdits ?? {})];
     const mounts = edits.flatMap((e) => e.mounts ?? []);
     const hooks = edits.flatMap((e) => e.hooks ?? []);
-    const hostPaths = new Set([...mounts.map((m) => m.hostPath), ...hooks.map((h) => h.path)]);
-    for (const p of hostPaths) {
-      if (!p.startsWith(kContract.prefix + "/")) continue;
-      const f = p.slice(kContract.prefix.length + 1);
-      report.check(kContract.files.includes(f), `the spec's ${p} is a file of the install contract`);
+    const under = [...new Set([...mounts.map((m) => m.hostPath), ...hooks.map((h) => h.path)])]
+      .filter((p) => p === kContract.prefix || p.startsWith(kContract.prefix + "/"));
+    report.check(under.length > 0, `the spec uses files under ${kContract.prefix} (${under.join(", ")})`);
+    const socketDir = path.dirname(kContract.tenantSocket);
+    report.check(mounts.some((m) => m.hostPath === kContract.tenantSocket || m.hostPath === socketDir),
+      `the spec mounts the tenant socket ${kContract.tenantSocket} (or its folder)`);
+    report.check(hostPathOf(arbiter, socketDir) === socketDir, `the arbiter serves its sockets in the host's ${socketDir}`);
+    report.check(mounts.some((m) => m.containerPath === "/etc/ld.so.preload" && m.hostPath.startsWith(kContract.prefix + "/")),
+      "a file under the prefix is bound over /etc/ld.so.preload");
+    report.check(mounts.some((m) => m.hostPath === `${kContract.prefix}/lib/libquanta.so`), "the spec mounts the installed libquanta.so");
+    report.check(hooks.length > 0 && hooks.every((h) => h.path === `${kContract.prefix}/bin/quanta-hook`),
+      "every hook runs the installed quanta-hook");
+    for (const h of hooks) {
+      report.check((h.args ?? []).includes(config) || (h.args ?? []).some((a) => a === `--config=${config}`),
+        `hook ${h.hookName} reads the node config it was generated for`);
     }
-    for (const f of kContract.files) {
-      report.check(hostPaths.has(`${kContract.prefix}/${f}`) || f === "bin/quanta-hook" && hooks.length === 0,
-        `the spec uses ${kContract.prefix}/${f}`);
-    }
-    report.check(mounts.some((m) => m.hostPath === kContract.tenantSocket), `the spec mounts ${kContract.tenantSocket}`);
-    report.check(mounts.some((m) => m.hostPath === `${kContract.prefix}/etc/ld.so.preload` && m.containerPath === "/etc/ld.so.preload"),
-      "ld.so.preload is bound over /etc/ld.so.preload");
-    const lib = mounts.find((m) => m.hostPath === `${kContract.prefix}/lib/libquanta.so`);
-    report.check(lib?.containerPath === lib?.hostPath,
-      `libquanta.so is mounted at the path ld.so.preload names (${lib?.containerPath})`);
-    report.check(hooks.every((h) => h.path === `${kContract.prefix}/bin/quanta-hook`), "every hook runs the installed quanta-hook");
   }
+  // Into a scratch prefix holding what the installer installs: every path must then exist.
+  const prefix = path.join(dir, "opt/quanta");
+  fs.mkdirSync(path.join(prefix, "lib"), { recursive: true });
+  fs.mkdirSync(path.join(prefix, "bin"), { recursive: true });
+  fs.copyFileSync(path.join(buildDir(), "lib/libquanta.so"), path.join(prefix, "lib/libquanta.so"));
+  fs.copyFileSync(hook, path.join(prefix, "bin/quanta-hook"));
+  const out2 = path.join(dir, "scratch.json");
+  const r2 = generate(prefix, out2);
+  if (report.check(r2.code === 0, `quanta-hook cdi generate into a scratch prefix succeeds${r2.code ? ": " + r2.err.trim() : ""}`)) {
+    const cdi = JSON.parse(fs.readFileSync(out2, "utf8"));
+    const edits = [cdi.containerEdits ?? {}, ...(cdi.devices ?? []).map((d) => d.containerEdits ?? {})];
+    for (const p of [...edits.flatMap((e) => e.mounts ?? []).map((m) => m.hostPath), ...edits.flatMap((e) => e.hooks ?? []).map((h) => h.path)]) {
+      if (!p.startsWith(prefix)) continue;
+      report.check(fs.existsSync(p), `${p.replace(prefix, kContract.prefix)}, which the spec mounts, exists after the install and generation`);
+    }
+  }
+  fs.rmSync(`/dev/shm/${env.SIMGPU_STATE}`, { force: true });
   fs.rmSync(dir, { recursive: true, force: true });
 }
 report.finish(mode);

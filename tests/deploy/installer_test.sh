@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # deploy/image/quanta-install-host in a scratch "host": it installs libquanta.so, quanta-hook,
-# ld.so.preload, the node config and the CDI spec; a second install with a new library
+# the node config and the CDI spec (quanta-hook adds <prefix>/etc); a second install with a new library
 # replaces the file by rename while a process keeps mapping the old one (its bytes stay
 # intact: nothing is truncated); an unchanged payload leaves every file (inode) alone; a
 # node config the arbiter refuses stops the install before anything changes.
 # quanta-hook is the built one when it exists; until hooks/ lands, a test double stands in
-# for its `cdi generate` (it writes the mounts docs/operator-guide.md lists) so the file
-# handling is still tested.
+# for its `cdi generate` (the spec's mounts and the <prefix>/etc files docs/operator-guide.md
+# lists) so the installer's own file handling is still tested.
 set -euo pipefail
 src=${1:?usage: installer_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?}
@@ -33,6 +33,9 @@ else
 shift 2
 for a in "$@"; do case $a in --prefix) k=p ;; --socket) k=s ;; --config) k=c ;; --output) k=o ;; --format) k=f ;;
   *) case $k in p) prefix=$a ;; s) socket=$a ;; c) config=$a ;; o) out=$a ;; esac; k= ;; esac; done
+mkdir -p "$prefix/etc"
+echo /opt/quanta/lib/libquanta.so >"$prefix/etc/ld.so.preload.tmp" && mv "$prefix/etc/ld.so.preload.tmp" "$prefix/etc/ld.so.preload"
+echo "socket=$socket" >"$prefix/etc/node.conf.tmp" && mv "$prefix/etc/node.conf.tmp" "$prefix/etc/node.conf"
 cat >"$out" <<SPEC
 cdiVersion: "0.5.0"
 kind: quanta.dev/gpu
@@ -41,9 +44,10 @@ devices:
     containerEdits: {}
 containerEdits:
   mounts:
-    - {hostPath: $prefix/lib/libquanta.so, containerPath: $prefix/lib/libquanta.so, options: [ro, bind]}
+    - {hostPath: $prefix/lib/libquanta.so, containerPath: /opt/quanta/lib/libquanta.so, options: [ro, bind]}
     - {hostPath: $prefix/etc/ld.so.preload, containerPath: /etc/ld.so.preload, options: [ro, bind]}
-    - {hostPath: $socket, containerPath: $socket, options: [bind]}
+    - {hostPath: $prefix/etc, containerPath: /etc/quanta, options: [ro, rbind]}
+    - {hostPath: $(dirname "$socket"), containerPath: /run/quanta, options: [ro, rbind]}
   hooks:
     - {hookName: createContainer, path: $prefix/bin/quanta-hook, args: [quanta-hook, create, --config, $config]}
 SPEC
@@ -65,14 +69,14 @@ inode() { stat -c %i "$1"; }
 
 # 1. A fresh node.
 out=$(install) || fail "first install failed: $out"
-for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do
+for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload opt/quanta/etc/node.conf etc/quanta/quanta.toml etc/cdi/quanta.yaml; do
   [[ -f $t/$f ]] || fail "$f not installed: $out"
 done
 [[ -x $t/opt/quanta/bin/quanta-hook ]] || fail "quanta-hook is not executable"
-[[ $(cat "$t/opt/quanta/etc/ld.so.preload") == "$t/opt/quanta/lib/libquanta.so" ]] || fail "ld.so.preload: $(cat "$t/opt/quanta/etc/ld.so.preload")"
+[[ $(cat "$t/opt/quanta/etc/ld.so.preload") == /opt/quanta/lib/libquanta.so ]] || fail "ld.so.preload: $(cat "$t/opt/quanta/etc/ld.so.preload")"
 cmp -s "$t/node-config/quanta.toml" "$t/etc/quanta/quanta.toml" || fail "the node config copy differs"
 grep -q "kind: quanta.dev/gpu" "$t/etc/cdi/quanta.yaml" || fail "the CDI spec is not of kind quanta.dev/gpu"
-leftovers=$(find "$t/opt" "$t/etc" -name '*.new.*' -o -name '.*.staged')
+leftovers=$(find "$t/opt" "$t/etc" -name '*.new.*' -o -name '.*.tmp')
 [[ -z $leftovers ]] || fail "staging files left behind: $leftovers"
 ok "a fresh install puts every file in place ($hook_kind)"
 
@@ -102,11 +106,12 @@ after=$(sed -n 2p "$t/mapper.out")
 [[ -n $before && $before == "$after" ]] || fail "the mapped old library changed under its process ($before -> $after)"
 ok "a new library replaces the old by rename; the process mapping the old one reads it intact"
 
-# 3. Same payload again: nothing is touched.
-inodes=$(for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do inode "$t/$f"; done)
+# 3. Same payload again: nothing the installer owns is touched.
+owned="opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook etc/quanta/quanta.toml etc/cdi/quanta.yaml"
+inodes=$(for f in $owned; do inode "$t/$f"; done)
 out=$(install) || fail "third install failed: $out"
-[[ $(grep -c unchanged <<<"$out") -eq 5 ]] || fail "an unchanged payload was rewritten: $out"
-again=$(for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload etc/quanta/quanta.toml etc/cdi/quanta.yaml; do inode "$t/$f"; done)
+[[ $(grep -c unchanged <<<"$out") -eq 4 ]] || fail "an unchanged payload was rewritten: $out"
+again=$(for f in $owned; do inode "$t/$f"; done)
 [[ $inodes == "$again" ]] || fail "inodes changed on an unchanged install"
 ok "an unchanged payload leaves every file alone"
 

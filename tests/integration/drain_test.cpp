@@ -124,7 +124,7 @@ TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
 TEST(Drain, MigInstanceByUuidStopsOnlyThatInstance) {
   World world(test_name(),
               ArbiterConfig{.quantum = "10ms", .pods = {{"left", 1, ""}, {"right", 1, ""}}},
-              {{"SIMGPU_MIG", "0:2"}});
+              WorldExtras{.extra_toml = "", .sim_env = {{"SIMGPU_MIG", "0:2"}}});
   world.start_arbiter();
   nlohmann::json s = status(world);
   ASSERT_EQ(s["gpus"].size(), 2u) << s.dump();

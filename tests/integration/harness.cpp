@@ -171,8 +171,8 @@ nlohmann::json Child::json() const { return nlohmann::json::parse(out(), nullptr
 
 // ---------------------------------------------------------------------------------------
 
-World::World(const std::string& test_name, ArbiterConfig config, Env sim_env)
-    : name_(test_name), config_(std::move(config)), sim_env_(std::move(sim_env)) {
+World::World(const std::string& test_name, ArbiterConfig config, WorldExtras extras)
+    : name_(test_name), config_(std::move(config)), extras_(std::move(extras)) {
   static int worlds = 0;
   const std::string tag = std::to_string(getpid()) + "_" + std::to_string(worlds++);
   scope_ = "qi" + tag;
@@ -198,6 +198,7 @@ World::World(const std::string& test_name, ArbiterConfig config, Env sim_env)
     toml << "[pod.\"" << pod.name << "\"]\n" << "weight = " << pod.weight << "\n";
     if (!pod.memory_limit.empty()) toml << "memory_limit = \"" << pod.memory_limit << "\"\n";
   }
+  toml << extras_.extra_toml;
 }
 
 World::~World() {
@@ -230,7 +231,7 @@ Env World::tenant_env(const std::string& pod, bool preload) const {
   env["LD_LIBRARY_PATH"] = QUANTA_SIMGPU_DIR;
   env["SIMGPU_STATE"] = sim_state_;
   env["SIMGPU_LOG"] = sim_log_;
-  for (const auto& [key, value] : sim_env_) env[key] = value;
+  for (const auto& [key, value] : extras_.sim_env) env[key] = value;
   env["QUANTA_SOCKET"] = tenant_socket_;
   if (!pod.empty()) env["QUANTA_POD"] = pod;
   env.erase("LD_PRELOAD");

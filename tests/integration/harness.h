@@ -78,11 +78,16 @@ struct ArbiterConfig {
   std::vector<PodConfig> pods;
 };
 
+// More of a world than most tests need.
+struct WorldExtras {
+  std::string extra_toml;  // appended to the generated config (e.g. a [metrics] table)
+  Env sim_env;             // SIMGPU_* settings of this world (e.g. SIMGPU_MEMORY)
+};
+
 // One simgpu world and one arbiter managing it. Tenants spawned through it share both.
 class World {
  public:
-  // `sim_env`: SIMGPU_* settings (devices, MIG split) for the arbiter and every tenant.
-  explicit World(const std::string& test_name, ArbiterConfig config = {}, Env sim_env = {});
+  explicit World(const std::string& test_name, ArbiterConfig config = {}, WorldExtras extras = {});
   ~World();
 
   // Starts (or restarts) the arbiter and waits until its tenant socket accepts connections.
@@ -105,7 +110,7 @@ class World {
  private:
   std::string name_;
   ArbiterConfig config_;
-  Env sim_env_;
+  WorldExtras extras_;
   TempDir dir_;
   std::string scope_;
   std::string sim_state_;
