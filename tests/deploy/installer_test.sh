@@ -75,7 +75,7 @@ done
 [[ -x $t/opt/quanta/bin/quanta-hook ]] || fail "quanta-hook is not executable"
 [[ $(cat "$t/opt/quanta/etc/ld.so.preload") == /opt/quanta/lib/libquanta.so ]] || fail "ld.so.preload: $(cat "$t/opt/quanta/etc/ld.so.preload")"
 cmp -s "$t/node-config/quanta.toml" "$t/etc/quanta/quanta.toml" || fail "the node config copy differs"
-grep -q "kind: quanta.dev/gpu" "$t/etc/cdi/quanta.yaml" || fail "the CDI spec is not of kind quanta.dev/gpu"
+grep -Eq '^kind: "?quanta\.dev/gpu"?$' "$t/etc/cdi/quanta.yaml" || fail "the CDI spec is not of kind quanta.dev/gpu"
 leftovers=$(find "$t/opt" "$t/etc" -name '*.new.*' -o -name '.*.tmp')
 [[ -z $leftovers ]] || fail "staging files left behind: $leftovers"
 ok "a fresh install puts every file in place ($hook_kind)"

@@ -270,3 +270,39 @@ export function metricsEndpointBuilt() {
   const dir = path.join(root, "arbiter");
   return fs.readdirSync(dir).some((f) => /\.(cpp|h)$/.test(f) && /httplib\.h/.test(fs.readFileSync(path.join(dir, f), "utf8")));
 }
+
+// Label names an expression (and its legend or annotation templates) relies on.
+export function labelsIn(text) {
+  const out = new Set();
+  for (const m of text.matchAll(/\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)/g)) {
+    for (const l of m[1].split(",").map((s) => s.trim()).filter(Boolean)) out.add(l);
+  }
+  for (const m of text.matchAll(/\{([^}]*)\}/g)) {
+    for (const x of m[1].matchAll(/([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)/g)) out.add(x[1]);
+  }
+  for (const m of text.matchAll(/\$labels\.(\w+)/g)) out.add(m[1]);
+  for (const m of text.matchAll(/\{\{\s*(\w+)\s*\}\}/g)) out.add(m[1]);
+  return out;
+}
+
+// Every label name the rules (expressions and annotations) and the dashboard (queries and
+// legends) use.
+export function labelsUsedByRulesAndDashboard() {
+  const out = new Set();
+  const rule = loadYamlDocs(path.join(root, "deploy/monitoring/prometheusrule.yaml"))[0].object;
+  for (const g of rule.spec.groups) {
+    for (const r of g.rules) {
+      for (const l of labelsIn(r.expr)) out.add(l);
+      for (const a of Object.values(r.annotations ?? {})) for (const l of labelsIn(a)) out.add(l);
+    }
+  }
+  const dash = JSON.parse(fs.readFileSync(path.join(root, "deploy/monitoring/grafana/quanta.json"), "utf8"));
+  const walk = (list) => {
+    for (const p of list ?? []) {
+      for (const t of p.targets ?? []) for (const l of labelsIn(t.expr + " " + (t.legendFormat ?? ""))) out.add(l);
+      walk(p.panels);
+    }
+  };
+  walk(dash.panels);
+  return out;
+}

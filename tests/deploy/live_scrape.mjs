@@ -9,7 +9,8 @@ import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { spawn } from "node:child_process";
-import { Report, buildDir, catalogue, familyOf, kExternalMetrics, metricsEndpointBuilt, metricsUsedByRulesAndDashboard } from "./lib.mjs";
+import { Report, buildDir, catalogue, familyOf, kExternalMetrics, labelsUsedByRulesAndDashboard, metricsEndpointBuilt,
+  metricsUsedByRulesAndDashboard } from "./lib.mjs";
 
 if (!metricsEndpointBuilt()) {
   console.log("SKIP: no arbiter source serves [metrics] listen yet (no cpp-httplib endpoint in arbiter/); " +
@@ -108,6 +109,19 @@ try {
     if (served !== undefined) report.check(served === cat.get(family)?.type, `${family} is served as ${served}, the catalogue says ${cat.get(family)?.type}`);
   }
   report.check([...samples].some((s) => s.startsWith("quanta_pod_")), "pod series are present while tenants run");
+  // Every label the rules and the dashboard group, match or template by is on some served
+  // series, or is added by the scrape (the PodMonitor's node and arbiter_pod, job, instance).
+  const served = new Set();
+  for (const line of scrape.body.split("\n")) {
+    if (line.startsWith("#")) continue;
+    const braces = line.match(/^[^{\s]+\{(.*)\}\s/);
+    if (braces) for (const m of braces[1].matchAll(/([A-Za-z_]\w*)="/g)) served.add(m[1]);
+  }
+  const kScrapeLabels = new Set(["node", "arbiter_pod", "job", "instance", "le"]);
+  for (const label of labelsUsedByRulesAndDashboard()) {
+    if (kScrapeLabels.has(label)) continue;
+    report.check(served.has(label), `label ${label}, which the rules or the dashboard use, is on served series`);
+  }
   void alloc;
 } finally {
   cleanup();
