@@ -51,14 +51,9 @@ void Arbiter::save_drained() const {
   if (ec) spdlog::warn("cannot replace {}: {}", path, ec.message());
 }
 
-json Arbiter::handle_drain(const json& request, bool on) {
+json Arbiter::handle_drain(const AdminRequest& request, bool on) {
   const std::string cmd = on ? "drain" : "undrain";
-  std::string wanted;
-  if (request.contains("gpu") && request["gpu"].is_string()) {
-    wanted = request["gpu"].get<std::string>();
-  } else if (request.contains("gpu") && request["gpu"].is_number_unsigned()) {
-    wanted = std::to_string(request["gpu"].get<uint64_t>());
-  }
+  const std::string& wanted = request.gpu;
   Gpu* gpu = nullptr;
   const bool index = !wanted.empty() && std::all_of(wanted.begin(), wanted.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c)) != 0;

@@ -1,9 +1,11 @@
-// The arbiter's core: start-up (GPU discovery, regions, re-adoption after a restart),
-// the heartbeat, turning scheduler actions into turns in the control regions, and death
-// handling (grant taken back, slot freed, memory returned to the pod ledger).
+// The arbiter's core: start-up (GPU discovery, re-adoption of a previous arbiter's regions
+// through its tenants' mappings), the heartbeat, turning scheduler actions into turns in
+// the control regions, admission and attachment behind TenantApi, and death handling
+// (grant taken back, slot freed, memory returned to the pod ledger).
 #include "arbiter/arbiter.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
@@ -17,10 +19,12 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "arbiter/death_watch.h"
 #include "arbiter/gpu_inventory.h"
+#include "arbiter/names.h"
+#include "arbiter/observation.h"
+#include "arbiter/region_recovery.h"
 #include "arbiter/unix_socket.h"
 #include "common/clock.h"
 #include "common/futex.h"
@@ -30,6 +34,8 @@ namespace quanta::arbiter {
 using common::monotonic_ns;
 
 namespace {
+
+constexpr int kRecoveryDeadlineMs = 1500;
 
 SchedulerOptions scheduler_options(const SchedulerConfig& c) {
   SchedulerOptions o;
@@ -47,9 +53,30 @@ void bump_turn(common::ControlSlot& slot) {
   common::futex_wake(&slot.turn, INT_MAX);
 }
 
+// Named regions under /dev/shm are what arbiters before sealed memfds left; tenants that
+// still map them move to the new regions when they reconnect.
+void remove_named_regions(const std::string& scope) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
+    const std::string name = entry.path().filename().string();
+    for (const char* kind : {".gpu.", ".pod."}) {
+      const std::string prefix = scope + kind;
+      if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() ||
+          name.find_first_not_of("0123456789", prefix.size()) != std::string::npos)
+        continue;
+      std::filesystem::remove(entry.path(), ec);
+      spdlog::warn(
+          "removed /dev/shm/{}, a region file of an older arbiter: its tenants are "
+          "admitted afresh when they reconnect",
+          printable(name));
+    }
+  }
+}
+
 }  // namespace
 
-Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_) {
+Arbiter::Arbiter(NodeConfig config)
+    : config_(std::move(config)), tenant_log_(20, 10 * common::kNsPerSec), pods_(config_) {
   started_ns_ = monotonic_ns();
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
@@ -60,48 +87,17 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     throw std::runtime_error("another quanta-arbiter with scope \"" + config_.scope +
                              "\" is running (it holds " + lock_path + ")");
   }
-  pods_.load_state();
+  const SavedState saved = pods_.load_state();
 
-  std::vector<std::string> uuids = discover_gpus(config_.gpus);
-  if (uuids.empty()) throw std::runtime_error("NVML reports no GPU to manage");
-  if (uuids.size() > common::kMaxGpus) {
-    throw std::runtime_error("NVML reports " + std::to_string(uuids.size()) + " devices; at most " +
-                             std::to_string(common::kMaxGpus) +
+  gpu_info_ = discover_gpu_info(config_.gpus);
+  if (gpu_info_.empty()) throw std::runtime_error("NVML reports no GPU to manage");
+  if (gpu_info_.size() > common::kMaxGpus) {
+    throw std::runtime_error("NVML reports " + std::to_string(gpu_info_.size()) +
+                             " devices; at most " + std::to_string(common::kMaxGpus) +
                              " can be managed: list them in [node] gpus");
   }
-  const uint64_t now = monotonic_ns();
-  const std::set<std::string> drained = load_drained(config_);
-  for (uint32_t i = 0; i < uuids.size(); ++i) {
-    auto gpu = std::make_unique<Gpu>();
-    gpu->index = i;
-    gpu->uuid = uuids[i];
-    std::string name = control_region_name(config_.scope, i);
-    gpu->region = ControlRegionMap(name, common::kControlMagic);
-    if (gpu->region.reopened() &&
-        std::strncmp(gpu->region->header.uuid, uuids[i].c_str(), common::kUuidLen) != 0) {
-      spdlog::warn("{} belonged to {}, now GPU {} is {}: starting it afresh", name,
-                   gpu->region->header.uuid, i, uuids[i]);
-      gpu->region.unlink();
-      gpu->region = ControlRegionMap();
-      gpu->region = ControlRegionMap(name, common::kControlMagic);
-    }
-    common::ControlHeader& h = gpu->region->header;
-    if (!gpu->region.reopened()) {
-      h.gpu_index = i;
-      std::strncpy(h.uuid, uuids[i].c_str(), common::kUuidLen - 1);
-      h.holder.store(common::kNoSlot);
-    }
-    generation_ = std::max(generation_, h.arbiter_generation.fetch_add(1) + 1);
-    h.lease_ns.store(config_.scheduler.lease_ns);
-    h.heartbeat_ns.store(now);
-    gpu->sched = std::make_unique<Scheduler>(scheduler_options(config_.scheduler));
-    if (drained.count(uuids[i]) != 0) {
-      gpu->sched->set_draining(true);
-      spdlog::warn("GPU {} {} stays drained (quantactl undrain {} resumes grants)", i, uuids[i], i);
-    }
-    gpus_.push_back(std::move(gpu));
-  }
-  adopt_previous_state();
+  remove_named_regions(config_.scope);
+  recover(saved, gpu_info_);
 
   // Signals arrive through the loop, so shutdown never interrupts a half-applied decision.
   sigset_t mask;
@@ -122,10 +118,13 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     loop_.stop();
   });
 
-  tenant_listener_ = listen_unix(config_.tenant_socket, SOCK_SEQPACKET, 0666);
-  loop_.add(tenant_listener_.get(), [this](uint32_t) { on_tenant_accept(); });
-  admin_listener_ = listen_unix(config_.admin_socket, SOCK_STREAM, 0600);
-  loop_.add(admin_listener_.get(), [this](uint32_t) { on_admin_accept(); });
+  // Test switches for the paths older kernels take (arbiter/README.md).
+  const bool peer_pidfd = std::getenv("QUANTA_ARBITER_NO_PEERPIDFD") == nullptr;
+  TenantLimits limits;
+  limits.accept_rights = std::getenv("QUANTA_ARBITER_NO_PASSRIGHTS") != nullptr;
+  tenants_ = std::make_unique<TenantServer>(loop_, *this, reaper_, tenant_log_,
+                                            config_.tenant_socket, limits, peer_pidfd);
+  admin_ = std::make_unique<AdminServer>(loop_, *this, reaper_, config_.admin_socket);
 
   for (auto& gpu : gpus_) {
     Gpu* g = gpu.get();
@@ -138,28 +137,38 @@ Arbiter::Arbiter(NodeConfig config) : config_(std::move(config)), pods_(config_)
     heartbeat_timer_.acknowledge();
     heartbeat();
   });
+  std::vector<std::string> uuids;
+  for (const auto& g : gpus_) uuids.push_back(g->uuid);
+  nvml_ = std::make_unique<NvmlSampler>(uuids, config_.nvml_interval_ns);
+  loop_.add(nvml_->fd(), [this](uint32_t) {
+    nvml_->acknowledge();
+    if (auto readings = nvml_->latest()) reconcile(*readings);
+  });
   loop_.set_after_events([this] { after_events(); });
   heartbeat();
+  start_observation();
 
-  std::string list;
-  for (auto& g : gpus_) list += (list.empty() ? "" : ", ") + g->uuid;
   spdlog::info("quanta-arbiter generation {} serving {} GPU(s) [{}] on {} (admin {}), scope \"{}\"",
-               generation_, gpus_.size(), list, config_.tenant_socket, config_.admin_socket,
-               config_.scope);
+               generation_, gpus_.size(), managed_list(), config_.tenant_socket,
+               config_.admin_socket, config_.scope);
 }
 
 Arbiter::~Arbiter() {
+  observation_.reset();  // its threads read nothing of ours, but stop them first
   // A clean stop lets tenants lapse to ungated launches now rather than after the lease:
   // zero the heartbeat and wake every launcher blocked at a gate so it notices. A restart
-  // brings gating back with the next heartbeat; grants (odd turns) stay for re-adoption.
+  // brings gating back as each tenant reconnects; grants carry over to the new regions.
   for (auto& gpu : gpus_) {
     common::ControlRegion& region = *gpu->region.get();
     region.header.heartbeat_ns.store(0, std::memory_order_release);
     for (const auto& [slot, pid] : gpu->slot_pids)
       common::futex_wake(&region.slots[slot].turn, INT_MAX);
   }
-  ::unlink(config_.tenant_socket.c_str());
-  ::unlink(config_.admin_socket.c_str());
+  if (nvml_) loop_.remove(nvml_->fd());
+  nvml_.reset();
+  tenants_.reset();
+  admin_.reset();
+  pods_.save_state();
 }
 
 void Arbiter::run() {
@@ -167,39 +176,118 @@ void Arbiter::run() {
   loop_.run();
 }
 
-void Arbiter::adopt_previous_state() {
+void Arbiter::record_node() {
+  std::map<uint32_t, SavedGpu> gpus;
+  for (const auto& g : gpus_) gpus[g->index] = SavedGpu{g->uuid, g->region.inode()};
+  pods_.set_node_record(generation_, std::move(gpus));
+  pods_.save_state();
+}
+
+void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus) {
   const uint64_t now = monotonic_ns();
-  size_t adopted = 0;
-  size_t reclaimed = 0;
-  for (uint32_t index : existing_pod_regions(config_.scope)) {
-    // A pod region is tenant-writable, so a bad header there is that pod's doing (or an
-    // old layout its tenants still map): it must not keep the arbiter from starting. Its
-    // processes are admitted afresh when they reconnect. (A control region, which only
-    // the arbiter writes, with another layout version does refuse the start.)
-    Pod* adopted = nullptr;
-    try {
-      adopted = &pods_.adopt(index);
-    } catch (const RegionError& e) {
-      spdlog::error("not re-adopting pod region {}: {}; its processes will be admitted afresh",
-                    index, e.what());
-      boost::interprocess::shared_memory_object::remove(
-          pod_region_name(config_.scope, index).c_str());
+  std::vector<pid_t> pids;
+  for (const auto& [index, pod] : saved.pods)
+    pids.insert(pids.end(), pod.pids.begin(), pod.pids.end());
+  std::sort(pids.begin(), pids.end());
+  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
+  RecoveryScan scan = scan_tenant_mappings(config_.scope, pids, kRecoveryDeadlineMs);
+  for (pid_t pid : scan.unanswered) {
+    spdlog::error(
+        "pid {} did not let its memory maps be read within {} ms: its regions are not "
+        "re-adopted; it is admitted afresh when it reconnects",
+        pid, kRecoveryDeadlineMs);
+  }
+  for (const auto& [inode, f] : scan.regions) {
+    spdlog::debug("recovery: pid {} maps {} (inode {}){}", f.pid, printable(f.name), inode,
+                  f.fd ? "" : ", which could not be reopened");
+  }
+  auto found = [&](uint64_t inode, const std::string& name) -> FoundRegion* {
+    auto it = inode == 0 ? scan.regions.end() : scan.regions.find(inode);
+    if (it == scan.regions.end() || it->second.name != name || !it->second.fd) return nullptr;
+    return &it->second;
+  };
+
+  // The previous generation's control regions, read-only, to carry slots and grants over.
+  generation_ = saved.generation;
+  std::map<uint32_t, ControlSnapshot> old_controls;
+  for (const auto& [index, g] : saved.gpus) {
+    if (index >= gpus.size() || g.uuid != gpus[index].uuid) continue;
+    FoundRegion* f = found(g.inode, control_region_name(config_.scope, index));
+    if (f == nullptr) continue;
+    std::string why;
+    ControlSnapshot snap(f->fd, &why);
+    if (!snap || snap.get()->header.gpu_index != index ||
+        std::strncmp(snap.get()->header.uuid, g.uuid.c_str(), common::kUuidLen) != 0) {
+      spdlog::warn(
+          "the previous control region of GPU {} is not usable ({}): its grants start "
+          "afresh",
+          index, why.empty() ? "another GPU's" : why);
       continue;
     }
-    Pod& pod = *adopted;
+    generation_ = std::max(generation_, snap.get()->header.arbiter_generation.load());
+    old_controls[index] = std::move(snap);
+  }
+  ++generation_;
+
+  const std::set<std::string> drained = load_drained(config_);
+  for (uint32_t i = 0; i < gpus.size(); ++i) {
+    auto gpu = std::make_unique<Gpu>();
+    gpu->index = i;
+    gpu->info = gpus[i];
+    gpu->uuid = gpus[i].uuid;
+    gpu->region = ControlRegionMap::create(control_region_name(config_.scope, i));
+    common::ControlHeader& h = gpu->region->header;
+    h.gpu_index = i;
+    std::strncpy(h.uuid, gpu->uuid.c_str(), common::kUuidLen - 1);
+    h.holder.store(common::kNoSlot);
+    h.arbiter_generation.store(generation_);
+    h.lease_ns.store(config_.scheduler.lease_ns);
+    h.heartbeat_ns.store(now);
+    gpu->sched = std::make_unique<Scheduler>(scheduler_options(config_.scheduler));
+    if (drained.count(gpu->uuid) != 0) {
+      gpu->sched->set_draining(true);
+      spdlog::warn("GPU {} {} stays drained (quantactl undrain {} resumes grants)", i, gpu->uuid, i);
+    }
+    gpus_.push_back(std::move(gpu));
+  }
+
+  // Pod regions: only those the state file recorded, found with the recorded inode, name
+  // and tag. Anything else a tenant maps is not ours and is never looked at.
+  size_t adopted = 0;
+  size_t reclaimed = 0;
+  for (const auto& [index, saved_pod] : saved.pods) {
+    FoundRegion* f = found(saved_pod.inode, pod_region_name(config_.scope, index));
+    if (f == nullptr) continue;  // every process of it exited: the region is gone
+    Pod* pod = nullptr;
+    try {
+      pod = &pods_.adopt(index, std::move(f->fd), saved_pod);
+    } catch (const RegionError& e) {
+      spdlog::error("not re-adopting the region of pod {}: {}; its processes are admitted afresh",
+                    printable(saved_pod.key), e.what());
+      continue;
+    }
+    const std::set<pid_t> recorded(saved_pod.pids.begin(), saved_pod.pids.end());
+    const std::set<pid_t> unanswered(scan.unanswered.begin(), scan.unanswered.end());
     for (uint32_t pi = 0; pi < common::kMaxProcsPerPod; ++pi) {
-      pid_t pid = static_cast<pid_t>(pod.region->procs[pi].pid.load());
+      const pid_t pid = static_cast<pid_t>(pod->region->procs[pi].pid.load());
       if (pid == 0) continue;
-      UniqueFd pidfd = open_pidfd(pid);
-      // The entry is tenant-writable: adopt only a live process that maps this very
-      // region. Anything else is dead or forged; reclaiming it touches only this pod.
-      std::string region_name = pod.region.name().substr(1);
-      if (!pidfd || processes_.count(pid) != 0 || !maps_shm(pid, region_name)) {
-        if (pidfd && processes_.count(pid) == 0) {
-          spdlog::warn("pod region {} lists live pid {} that does not map it: entry cleared", index,
-                       pid);
+      // The entry is tenant-writable: adopt only a process this arbiter admitted into this
+      // pod, alive, that maps this very region. Anything else is dead or forged, and
+      // reclaiming it touches only this pod.
+      if (recorded.count(pid) != 0 && unanswered.count(pid) != 0) {
+        pod->entries.set(pi);  // alive but unreadable: keep its memory counted (never under)
+        continue;
+      }
+      UniqueFd pidfd = recorded.count(pid) != 0 ? open_pidfd(pid) : UniqueFd();
+      auto maps = scan.mapped_by.find(pid);
+      const bool genuine = pidfd && processes_.count(pid) == 0 && maps != scan.mapped_by.end() &&
+                           maps->second.count(pod->region.inode()) != 0;
+      if (!genuine) {
+        if (pidfd) {
+          spdlog::warn("pod {} lists pid {}, which does not map its region: entry cleared",
+                       printable(pod->key), pid);
         }
-        reclaim_memory(pod, pi);
+        reclaim_memory(*pod, pi);
         ++reclaimed;
         continue;
       }
@@ -208,53 +296,270 @@ void Arbiter::adopt_previous_state() {
       proc.pidfd = std::move(pidfd);
       proc.pod_index = index;
       proc.proc_index = pi;
-      ++pod.processes;
+      proc.cgroup = cgroup_of(pid);
+      const Registration* reg = pods_.match_cgroup(proc.cgroup);
+      proc.registered = reg != nullptr && reg->pod_key() == pod->key;
+      proc.devices = devices_granted(proc.registered ? reg : nullptr, pid, gpu_info_);
+      // A state file from before claimers were recorded: the pod's own processes' cgroup
+      // is the one to count it against.
+      if (!pod->registered && pod->claimed_from.empty()) pod->claimed_from = proc.cgroup;
+      pod->entries.set(pi);
+      pod->pids.insert(pid);
       ++adopted;
     }
   }
-  for (auto& gpu : gpus_) {
-    if (!gpu->region.reopened()) continue;
-    common::ControlRegion& region = *gpu->region.get();
+
+  // Slots and grants, from the previous control regions, for the processes re-adopted.
+  for (auto& [index, snap] : old_controls) {
+    Gpu& gpu = *gpus_[index];
+    const common::ControlRegion& old = *snap.get();
+    common::ControlRegion& region = *gpu.region.get();
     for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-      common::ControlSlot& slot = region.slots[s];
-      pid_t pid = static_cast<pid_t>(slot.pid.load());
+      const common::ControlSlot& was = old.slots[s];
+      const pid_t pid = static_cast<pid_t>(was.pid.load());
       auto it = pid == 0 ? processes_.end() : processes_.find(pid);
-      bool valid = it != processes_.end() && it->second.pod_index == slot.pod_index.load() &&
-                   it->second.proc_index == slot.proc_index.load() &&
-                   it->second.slots.count(gpu->index) == 0;
-      if (!valid) {
-        if (slot.turn.load() & 1u) bump_turn(slot);
-        slot.pid.store(0);
+      if (it == processes_.end() || it->second.pod_index != was.pod_index.load() ||
+          it->second.proc_index != was.proc_index.load() || it->second.slots.count(index) != 0)
         continue;
-      }
       Process& proc = it->second;
       Pod& pod = *pods_.find(proc.pod_index);
-      proc.slots[gpu->index] = s;
-      gpu->slot_pids[s] = pid;
-      gpu->sched->set_pod_policy(pod.index, pod.policy);
-      gpu->sched->add_tenant(s, pod.index, now);
-      fill_slot(*gpu, s, proc, pod);
-      // An odd turn means this slot held the grant when the last arbiter stopped.
-      if ((slot.turn.load() & 1u) && !gpu->sched->adopt_holder(s, now)) bump_turn(slot);
+      proc.slots[index] = s;
+      gpu.slot_pids[s] = pid;
+      gpu.sched->set_pod_policy(pod.index, pod.policy);
+      gpu.sched->add_tenant(s, pod.index, now);
+      gpu.accounting.add_tenant(s, pod.key, now);
+      // The tenant switches to the new region when it re-attaches: the same turn keeps its
+      // place (odd: it held the grant when the last arbiter stopped).
+      region.slots[s].turn.store(was.turn.load());
+      fill_slot(gpu, s, proc, pod);
+      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(region.slots[s]);
     }
-    auto holder = gpu->sched->holder();
+    auto holder = gpu.sched->holder();
     region.header.holder.store(holder ? *holder : common::kNoSlot);
   }
   for (auto& [pid, proc] : processes_) watch_process(proc);
   std::vector<uint32_t> unused;
-  for (auto& [index, pod] : pods_.pods()) {
-    if (pod.processes == 0) unused.push_back(index);
+  for (const auto& [index, pod] : pods_.pods()) {
+    if (pod.processes() == 0) unused.push_back(index);
   }
   for (uint32_t index : unused) pods_.release_if_unused(index);
-  if (adopted != 0 || reclaimed != 0) {
-    spdlog::info("re-adopted {} live process(es); reclaimed the memory of {} that exited meanwhile",
-                 adopted, reclaimed);
+  record_node();
+  if (adopted != 0 || reclaimed != 0 || !saved.pods.empty()) {
+    spdlog::info(
+        "re-adopted {} live process(es) in {} pod region(s) through their mappings; "
+        "reclaimed the memory of {} that exited meanwhile",
+        adopted, pods_.pods().size(), reclaimed);
   }
 }
 
 void Arbiter::watch_process(Process& proc) {
   pid_t pid = proc.pid;
   loop_.add(proc.pidfd.get(), [this, pid](uint32_t) { on_death(pid); });
+}
+
+common::RefusedAction Arbiter::unplaced_action(bool registered,
+                                               const common::Policy* policy) const {
+  switch (config_.enforce.unplaced) {
+    case UnplacedAction::kOpen:
+      return common::RefusedAction::kRunOpen;
+    case UnplacedAction::kClosed:
+      return common::RefusedAction::kDeny;
+    case UnplacedAction::kClosedIfCapped:
+      return registered && policy != nullptr && policy->memory_limit != 0
+                 ? common::RefusedAction::kDeny
+                 : common::RefusedAction::kRunOpen;
+  }
+  return common::RefusedAction::kRunOpen;
+}
+
+Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
+                         const std::string& claimed_pod) {
+  const pid_t pid = peer.pid;
+  Admission out;
+  auto refuse = [&](std::string reason, common::RefusedAction action) {
+    out.admitted = false;
+    out.reason = std::move(reason);
+    out.action = action;
+    return out;
+  };
+  auto existing = processes_.find(pid);
+  if (existing != processes_.end()) {
+    // The same pid as an admitted process: the same process only while that one lives.
+    pollfd p{existing->second.pidfd.get(), POLLIN, 0};
+    if (poll(&p, 1, 0) != 0) {
+      on_death(pid);
+      existing = processes_.end();
+    }
+  }
+  const bool fresh_entry = existing == processes_.end();
+  if (fresh_entry) {
+    const Registration* reg = pods_.match_cgroup(cgroup);
+    std::string key;
+    if (reg != nullptr) {
+      key = reg->pod_key();
+    } else if (!config_.allow_unregistered) {
+      return refuse("pid " + std::to_string(pid) + " (cgroup " +
+                        (cgroup.empty() ? std::string("unknown") : printable(cgroup)) +
+                        ") is not in a registered container and this node does not admit "
+                        "unregistered processes (allow_unregistered = false)",
+                    unplaced_action(false, nullptr));
+    } else if (claimed_pod.empty()) {
+      return refuse("pid " + std::to_string(pid) +
+                        " is not in a registered container and names no pod: set QUANTA_POD=<name>",
+                    unplaced_action(false, nullptr));
+    } else {
+      std::string err = check_pod_key(claimed_pod, "QUANTA_POD");
+      if (!err.empty()) return refuse(err, unplaced_action(false, nullptr));
+      for (const auto& [id, r] : pods_.registrations()) {
+        if (r.pod_key() == claimed_pod) {
+          return refuse("QUANTA_POD " + claimed_pod +
+                            " names a registered pod; only its own containers join it",
+                        unplaced_action(false, nullptr));
+        }
+      }
+      key = claimed_pod;
+    }
+    const common::Policy policy = pods_.resolve_policy(key);
+    const common::RefusedAction action = unplaced_action(reg != nullptr, &policy);
+    UniqueFd pidfd(fcntl(peer.pidfd.get(), F_DUPFD_CLOEXEC, 3));
+    if (!pidfd) return refuse("pid " + std::to_string(pid) + " could not be watched", action);
+    Pod* pod = nullptr;
+    try {
+      pod = &pods_.get_or_create(key, reg != nullptr, cgroup);
+    } catch (const std::exception& e) {
+      return refuse("no region for pod " + key + ": " + e.what(), action);
+    }
+    uint32_t proc_index = common::kMaxProcsPerPod;
+    for (uint32_t i = 0; i < common::kMaxProcsPerPod; ++i) {
+      if (!pod->entries.test(i)) {
+        proc_index = i;
+        break;
+      }
+    }
+    if (proc_index == common::kMaxProcsPerPod) {
+      pods_.release_if_unused(pod->index);
+      return refuse("pod " + key + " already has " + std::to_string(common::kMaxProcsPerPod) +
+                        " processes on the GPUs, the most one pod may have",
+                    action);
+    }
+    common::ProcEntry& entry = pod->region->procs[proc_index];
+    for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
+      std::memset(static_cast<void*>(&entry.gpus[g]), 0, sizeof(common::GateChannel));
+    }
+    entry.pid.store(static_cast<uint32_t>(pid), std::memory_order_release);
+    pod->entries.set(proc_index);
+    pod->pids.insert(pid);
+    Process& p = processes_[pid];
+    p.pid = pid;
+    p.pidfd = std::move(pidfd);
+    p.pod_index = pod->index;
+    p.proc_index = proc_index;
+    p.cgroup = cgroup;
+    p.registered = reg != nullptr;
+    p.devices = devices_granted(reg, pid, gpu_info_);
+    watch_process(p);
+    pods_.save_state();
+    existing = processes_.find(pid);
+    tenant_log_.log(spdlog::level::info, "admit", monotonic_ns(),
+                    "admitted pid {} into pod {} (pod region {}, entry {})", pid, printable(key),
+                    pod->index, proc_index);
+  }
+  Process& proc = existing->second;
+  proc.connected = true;
+  Pod& pod = *pods_.find(proc.pod_index);
+  out.admitted = true;
+  out.pod_index = proc.pod_index;
+  out.proc_index = proc.proc_index;
+  out.pod_key = pod.key;
+  out.pod_fd = pod.region.tenant_fd();
+  out.generation = generation_;
+  // Enforcement binds registered containers; development processes keep their variables.
+  out.flags = config_.enforce.enforce && proc.registered ? common::kWelcomeEnforced : 0;
+  if (fresh_entry) out.flags |= common::kWelcomeFreshEntry;
+  out.count_managed = config_.shim.count_managed ? 1 : 0;
+  out.context_overhead = config_.shim.context_overhead;
+  return out;
+}
+
+Attachment Arbiter::attach(pid_t pid, const std::string& uuid, bool observe) {
+  Attachment out;
+  auto it = processes_.find(pid);
+  if (it == processes_.end()) {
+    out.reason = "pid " + std::to_string(pid) + " is not admitted";
+    return out;
+  }
+  Process& proc = it->second;
+  Pod& pod = *pods_.find(proc.pod_index);
+  const common::RefusedAction action = unplaced_action(proc.registered, &pod.policy);
+  Gpu* gpu = gpu_by_uuid(uuid);
+  if (gpu == nullptr) {
+    out.reason =
+        "GPU " + printable(uuid) + " is not managed by this arbiter; it manages " + managed_list();
+    out.action = action;
+    return out;
+  }
+  if (!proc.devices.all && proc.devices.uuids.count(gpu->uuid) == 0) {
+    std::string given;
+    for (const std::string& u : proc.devices.uuids) given += (given.empty() ? "" : ", ") + u;
+    out.reason = "GPU " + gpu->uuid + " was not given to this container (" + proc.devices.source +
+                 " gives " + (given.empty() ? std::string("none") : given) + ")";
+    out.action = action;
+    tenant_log_.log(spdlog::level::warn, "attach-refused", monotonic_ns(),
+                    "pid {} of pod {} asked for {}: {}", pid, printable(pod.key), gpu->uuid,
+                    out.reason);
+    return out;
+  }
+  if (observe) {  // memory views only: no slot, never a tenant of the scheduler
+    out.attached = true;
+    out.gpu_index = gpu->index;
+    out.slot = common::kNoSlot;
+    out.memory_cap = pod.policy.memory_limit;
+    return out;
+  }
+  auto have = proc.slots.find(gpu->index);
+  SlotId slot;
+  if (have != proc.slots.end()) {
+    slot = have->second;
+  } else {
+    slot = common::kNoSlot;
+    for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
+      if (gpu->slot_pids.count(s) == 0) {
+        slot = s;
+        break;
+      }
+    }
+    if (slot == common::kNoSlot) {
+      out.reason = "GPU " + gpu->uuid + " already has " + std::to_string(common::kMaxSlotsPerGpu) +
+                   " tenants";
+      out.action = action;
+      return out;
+    }
+    proc.slots[gpu->index] = slot;
+    gpu->slot_pids[slot] = proc.pid;
+    gpu->sched->set_pod_policy(pod.index, pod.policy);
+    gpu->sched->add_tenant(slot, pod.index, monotonic_ns());
+    gpu->accounting.add_tenant(slot, pod.key, monotonic_ns());
+    fill_slot(*gpu, slot, proc, pod);
+    gpu->dirty = true;
+    tenant_log_.log(spdlog::level::info, "attach", monotonic_ns(),
+                    "pid {} of pod {} attached to GPU {} as slot {}", proc.pid, printable(pod.key),
+                    gpu->uuid, slot);
+  }
+  out.attached = true;
+  out.gpu_index = gpu->index;
+  out.slot = slot;
+  out.control_fd = gpu->region.tenant_fd();
+  out.memory_cap = pod.policy.memory_limit;
+  return out;
+}
+
+void Arbiter::rang(pid_t pid) {
+  auto p = processes_.find(pid);
+  if (p == processes_.end()) return;
+  for (const auto& [gpu_index, slot] : p->second.slots) {
+    gpus_[gpu_index]->dirty = true;
+    ++gpus_[gpu_index]->doorbells;
+  }
 }
 
 void Arbiter::heartbeat() {
@@ -264,19 +569,20 @@ void Arbiter::heartbeat() {
     gpu->region->header.heartbeat_ns.store(now);
     gpu->dirty = true;  // also catches wants of re-adopted tenants that have no doorbell yet
   }
+  // Files an operator's cleanup (or a root tenant that reaches the socket's folder) may
+  // have removed: new processes must still find the arbiter, and a crash must still find
+  // the pods' regions.
+  if (tenants_) tenants_->keep_listening();
+  if (admin_) admin_->keep_listening();
+  if (pods_.state_file_changed()) {
+    spdlog::warn("the state file in {} was removed or changed by someone else: writing it again",
+                 config_.state_dir);
+    pods_.save_state();
+  }
   heartbeat_timer_.arm_at(now + config_.scheduler.lease_ns / 4);
 }
 
 void Arbiter::after_events() {
-  for (auto& [index, pod] : pods_.pods()) {
-    if (!pod.truncated_reported && pod.region.faulted()) {
-      pod.truncated_reported = true;
-      spdlog::error(
-          "pod {} truncated its shared region: the arbiter no longer sees its requests or ledger; "
-          "its holders are passed over after revoke_timeout",
-          pod.key);
-    }
-  }
   for (auto& gpu : gpus_) {
     if (gpu->dirty) sync_and_decide(*gpu);
   }
@@ -303,7 +609,8 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     // before the publication count as made at it: a holder is idle only after
     // idle_release without a launch since others were seen waiting.
     const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
-    sched.set_activity(slot, std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
+    sched.set_activity(slot,
+                       std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
     if (ch.released_turn.load(std::memory_order_acquire) ==
         region.slots[slot].turn.load(std::memory_order_acquire)) {
@@ -311,6 +618,8 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
       if (st == TenantState::kHolding || st == TenantState::kRevoking ||
           st == TenantState::kPassedOver) {
         sched.released(slot, now);
+        gpu.accounting.released(slot, now);
+        DTRACE_PROBE3(quanta, released, gpu.index, slot, now);
       }
     }
   }
@@ -332,6 +641,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   } else if (gpu.waiters_visible_ns == 0) {
     gpu.waiters_visible_ns = monotonic_ns();
   }
+  gpu.accounting.settle(sched, now);
   gpu.timer.arm_at(sched.next_deadline());
 }
 
@@ -344,25 +654,37 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
         spdlog::debug("gpu {} grant slot {} (quantum {} us)", gpu.index, a.slot,
                       gpu.sched->quantum_for(a.slot) / 1000);
         if ((slot.turn.load() & 1u) == 0) {
-          slot.quantum_ns.store(gpu.sched->quantum_for(a.slot), std::memory_order_relaxed);
+          const uint64_t quantum = gpu.sched->quantum_for(a.slot);
+          slot.quantum_ns.store(quantum, std::memory_order_relaxed);
           region.header.holder.store(a.slot, std::memory_order_relaxed);
+          ++gpu.grants;
+          if (gpu.last_granted != common::kNoSlot && gpu.last_granted != a.slot) ++gpu.switches;
+          gpu.last_granted = a.slot;
+          // Fired before the turn changes, so the grantee's wake-up always follows it;
+          // quanta-trace pairs it with the shim's probes (docs/tracing.md).
+          DTRACE_PROBE4(quanta, grant, gpu.index, a.slot, monotonic_ns(), quantum);
           bump_turn(slot);
-          // quanta-trace handoff pairs this with the shim's release and gate probes.
-          DTRACE_PROBE2(quanta, grant, gpu.index, a.slot);
+          gpu.accounting.granted(a.slot, monotonic_ns());
         }
         break;
       case Action::Kind::kRevoke:
         spdlog::debug("gpu {} revoke slot {}", gpu.index, a.slot);
-        if (slot.turn.load() & 1u) bump_turn(slot);
+        if (slot.turn.load() & 1u) {
+          DTRACE_PROBE3(quanta, revoke, gpu.index, a.slot, monotonic_ns());
+          bump_turn(slot);
+        }
+        gpu.accounting.revoked(a.slot, monotonic_ns());
         break;
       case Action::Kind::kPassOver: {
+        DTRACE_PROBE2(quanta, pass_over, gpu.index, a.slot);
+        gpu.accounting.passed_over(a.slot, monotonic_ns());
         pid_t pid = gpu.slot_pids.count(a.slot) ? gpu.slot_pids.at(a.slot) : 0;
         Pod* pod = pid != 0 ? pods_.find(processes_.at(pid).pod_index) : nullptr;
-        spdlog::warn(
-            "pid {} of pod {} did not release GPU {} within {} ms of a revoke (stopped or hung): "
-            "passed over",
-            pid, pod != nullptr ? pod->key : "?", gpu.uuid,
-            config_.scheduler.revoke_timeout_ns / 1000000);
+        tenant_log_.log(spdlog::level::warn, "pass-over", monotonic_ns(),
+                        "pid {} of pod {} did not release GPU {} within {} ms of a revoke "
+                        "(stopped or hung): passed over",
+                        pid, pod != nullptr ? printable(pod->key) : "?", gpu.uuid,
+                        config_.scheduler.revoke_timeout_ns / 1000000);
         break;
       }
     }
@@ -378,10 +700,11 @@ void Arbiter::on_death(pid_t pid) {
   for (const auto& [gpu_index, slot] : proc.slots) {
     Gpu& gpu = *gpus_[gpu_index];
     gpu.sched->remove_tenant(slot, now);
+    gpu.accounting.remove_tenant(slot, now);
     free_slot(gpu, slot);
     gpu.dirty = true;
   }
-  if (proc.connection >= 0) close_connection(proc.connection, "");
+  if (tenants_) tenants_->drop_process(pid);
   Pod* pod = pods_.find(proc.pod_index);
   uint64_t returned = 0;
   std::string key = "?";
@@ -391,19 +714,26 @@ void Arbiter::on_death(pid_t pid) {
       returned += pod->region->procs[proc.proc_index].gpus[g].memory_used.load();
     }
     reclaim_memory(*pod, proc.proc_index);
-    if (pod->processes > 0) --pod->processes;
+    pod->entries.reset(proc.proc_index);
+    pod->pids.erase(pid);
   }
   uint32_t pod_index = proc.pod_index;
   processes_.erase(it);
-  pods_.release_if_unused(pod_index);
-  spdlog::info(
-      "pid {} of pod {} exited: its grants are free and {} bytes returned to the pod ledger", pid,
-      key, returned);
+  if (pod != nullptr && pod->processes() != 0) {
+    pods_.save_state();
+  } else {
+    pods_.release_if_unused(pod_index);
+  }
+  tenant_log_.log(spdlog::level::info, "exit", now,
+                  "pid {} of pod {} exited: its grants are free and {} bytes returned to the pod "
+                  "ledger",
+                  pid, printable(key), returned);
   after_events();  // hand the GPU on now, not after the rest of this batch
 }
 
 void Arbiter::free_slot(Gpu& gpu, SlotId slot) {
   common::ControlSlot& cs = gpu.region->slots[slot];
+  DTRACE_PROBE2(quanta, slot_freed, gpu.index, slot);  // its process exited
   if (cs.turn.load() & 1u) bump_turn(cs);
   cs.pid.store(0, std::memory_order_release);
   gpu.slot_pids.erase(slot);
@@ -430,9 +760,10 @@ void Arbiter::reclaim_memory(Pod& pod, uint32_t proc_index) {
 void Arbiter::fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod) {
   common::ControlSlot& cs = gpu.region->slots[slot];
   uint64_t quantum = gpu.sched->quantum_for(slot);
+  auto denied = pod.denied_caps.find(gpu.index);
   cs.pod_index.store(proc.pod_index);
   cs.proc_index.store(proc.proc_index);
-  cs.memory_cap.store(pod.policy.memory_limit);
+  cs.memory_cap.store(denied != pod.denied_caps.end() ? denied->second : pod.policy.memory_limit);
   cs.quantum_ns.store(quantum);
   cs.inflight_limit_ns.store(quantum);
   cs.priority.store(static_cast<uint32_t>(pod.policy.priority));

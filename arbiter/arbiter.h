@@ -1,7 +1,10 @@
-// The arbiter daemon: owns the GPUs (control region + scheduler + timer each), the pods
-// and their regions, the admitted processes (pidfd each), the tenant and admin sockets and
-// the event loop that ties them together. Tenant-socket handling lives in
-// tenant_server.cpp, the admin commands in admin_server.cpp, the rest in arbiter.cpp.
+// The arbiter daemon's core: the GPUs (control region, scheduler and timer each), the pods
+// and their regions, the admitted processes (pidfd each), start-up with the re-adoption of
+// a previous arbiter's regions, the heartbeat, turning scheduler actions into turns, death
+// handling, and reconciliation with NVML's per-process view. The tenant and admin sockets
+// are servers of their own (tenant_server.h, admin_server.h) that reach this state only
+// through TenantApi and AdminApi; metrics, top and explain are observe.cpp's, drains
+// admin_drain.cpp's. Errors: see arbiter/README.md.
 #pragma once
 
 #include <sys/types.h>
@@ -14,16 +17,33 @@
 #include <string>
 #include <vector>
 
+#include "arbiter/accounting.h"
+#include "arbiter/admin_server.h"
 #include "arbiter/config.h"
+#include "arbiter/device_access.h"
 #include "arbiter/event_loop.h"
+#include "arbiter/fd_reaper.h"
+#include "arbiter/gpu_inventory.h"
+#include "arbiter/log_limit.h"
+#include "arbiter/nvml_sampler.h"
 #include "arbiter/pod_registry.h"
 #include "arbiter/regions.h"
 #include "arbiter/scheduler.h"
+#include "arbiter/tenant_server.h"
 
 namespace quanta::arbiter {
 
+// A process NVML lists on a GPU that is not an admitted tenant of it.
+struct UnmanagedProcess {
+  pid_t pid = 0;
+  uint64_t used_bytes = 0;
+  std::string pod;      // the pod its cgroup belongs to, "" when none
+  std::string command;  // /proc/<pid>/comm
+};
+
 struct Gpu {
   uint32_t index = 0;
+  GpuInfo info;
   std::string uuid;
   ControlRegionMap region;
   std::unique_ptr<Scheduler> sched;
@@ -32,6 +52,18 @@ struct Gpu {
   bool dirty = true;                  // needs a sync from shared memory and a decision
   // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
   uint64_t waiters_visible_ns = 0;
+  // NVML's view at the last poll (exported by status and metrics).
+  std::vector<UnmanagedProcess> unmanaged;
+  std::map<pid_t, uint64_t> nvml_bytes;            // per admitted pid
+  std::map<std::string, uint64_t> pod_nvml_bytes;  // per pod key: its processes and its cgroup's
+  std::set<std::string> over_cap;                  // pods above their cap by NVML's count
+  std::string nvml_error;
+  GpuAccounting accounting;  // who held it when (metrics, quantactl top/explain)
+  // Since this arbiter started: grants, and grants to another slot than the last one.
+  uint64_t grants = 0;
+  uint64_t switches = 0;
+  uint64_t doorbells = 0;  // rings by its tenants (each makes the arbiter look at the GPU)
+  uint32_t last_granted = common::kNoSlot;
 };
 
 struct Process {
@@ -39,43 +71,52 @@ struct Process {
   UniqueFd pidfd;
   uint32_t pod_index = 0;
   uint32_t proc_index = 0;
+  std::string cgroup;
+  bool registered = false;           // in a registered container (enforcement applies)
+  DeviceGrant devices;               // the GPUs it may attach to
   std::map<uint32_t, SlotId> slots;  // GPU index → slot
-  int connection = -1;               // its current tenant connection, if any
-};
-
-struct Connection {
-  UniqueFd sock;
-  UniqueFd doorbell;
-  pid_t pid = 0;  // from SO_PEERCRED
-  uid_t uid = 0;
-  bool welcomed = false;
-  std::set<uint32_t> control_sent;  // GPUs whose control region travelled on this connection
-};
-
-struct AdminConnection {
-  UniqueFd sock;
-  std::string inbox;
+  bool connected = false;            // its connection said Hello to this arbiter
 };
 
 // UUIDs that `quantactl drain` left drained (admin_drain.cpp), re-applied at start.
 std::set<std::string> load_drained(const NodeConfig& config);
+struct Observation;
+struct NodeFigures;
 
-class Arbiter {
+class Arbiter final : public TenantApi, public AdminApi {
  public:
-  // Discovers the GPUs, opens or re-adopts the regions, binds the sockets. Throws with
-  // one clear line on anything that prevents serving.
+  // Discovers the GPUs, re-adopts what a previous arbiter left, binds the sockets. Throws
+  // with one clear line on anything that prevents serving (never on a region a tenant
+  // could have spoiled: those start afresh with a log line).
   explicit Arbiter(NodeConfig config);
-  ~Arbiter();
+  ~Arbiter() override;
   // Serves until SIGTERM/SIGINT (or stop()).
   void run();
   void stop() { loop_.stop(); }
 
-  // The admin protocol's dispatcher (also used by tests): one JSON request, one response.
+  // AdminApi: one parsed request, one response.
+  nlohmann::json handle(const AdminRequest& request) override;
+  // The admin protocol from raw JSON (tests): parses, then handle().
   nlohmann::json handle_admin(const nlohmann::json& request);
 
+  // TenantApi.
+  Admission admit(const PeerIdentity& peer, const std::string& cgroup,
+                  const std::string& claimed_pod) override;
+  Attachment attach(pid_t pid, const std::string& uuid, bool observe) override;
+  void refused(const std::string& reason) override { note_refusal(reason); }
+  void rang(pid_t pid) override;
+
+  // Read-only views for exporters (metrics).
+  const std::vector<std::unique_ptr<Gpu>>& gpus() const { return gpus_; }
+  const std::map<pid_t, Process>& processes() const { return processes_; }
+  const PodRegistry& pods() const { return pods_; }
+  uint64_t generation() const { return generation_; }
+
  private:
-  // arbiter.cpp
-  void adopt_previous_state();
+  // arbiter.cpp: start-up and restart recovery
+  void recover(const SavedState& saved, const std::vector<GpuInfo>& gpus);
+  void record_node();
+  // arbiter.cpp: the loop's work
   void heartbeat();
   void after_events();
   void sync_and_decide(Gpu& gpu);
@@ -89,38 +130,45 @@ class Arbiter {
   common::GateChannel& channel(const Process& proc, uint32_t gpu_index);
   Gpu* gpu_by_uuid(const std::string& uuid);
   std::string managed_list() const;
-
-  // tenant_server.cpp
-  void on_tenant_accept();
-  void on_tenant_message(int fd);
-  void on_doorbell(int fd);
-  void close_connection(int fd, const std::string& why);
-  void handle_hello(Connection& conn, const std::string& claimed_pod);
-  void handle_attach(Connection& conn, const std::string& uuid);
-  void refuse(Connection& conn, const std::string& reason);
-
-  // admin_server.cpp
-  void on_admin_accept();
-  void on_admin_readable(int fd);
+  common::RefusedAction unplaced_action(bool registered, const common::Policy* policy) const;
+  // nvml_reconcile.cpp
+  void reconcile(const std::vector<GpuReading>& readings);
+  // admin_handlers.cpp
   nlohmann::json status_json();
+  nlohmann::json set_policy(const AdminRequest& request);
+  nlohmann::json register_container(const AdminRequest& request);
+  nlohmann::json unregister_container(const AdminRequest& request);
   // admin_drain.cpp
-  nlohmann::json handle_drain(const nlohmann::json& request, bool on);
+  nlohmann::json handle_drain(const AdminRequest& request, bool on);
   void save_drained() const;
+
+  // observe.cpp: metrics endpoint, history tick, snapshots, quantactl top and explain
+  void start_observation();
+  void observation_tick();
+  void charge_nvml_busy();
+  std::shared_ptr<const NodeFigures> take_figures(uint64_t now);
+  void note_refusal(const std::string& reason);
+  std::string metrics_address() const;  // "HOST:PORT" served, "" when not
+  nlohmann::json top_json();
+  nlohmann::json explain_json(const AdminRequest& request);
 
   NodeConfig config_;
   EventLoop loop_;
+  FdReaper reaper_;
+  LogLimiter tenant_log_;
   PodRegistry pods_;
   std::vector<std::unique_ptr<Gpu>> gpus_;
+  std::vector<GpuInfo> gpu_info_;
   std::map<pid_t, Process> processes_;
-  std::map<int, Connection> connections_;
-  std::map<int, AdminConnection> admin_connections_;
-  UniqueFd tenant_listener_;
-  UniqueFd admin_listener_;
+  std::unique_ptr<TenantServer> tenants_;
+  std::unique_ptr<AdminServer> admin_;
+  std::unique_ptr<NvmlSampler> nvml_;  // NVML's process view: reconciliation and metrics
   UniqueFd signal_fd_;
   UniqueFd lock_fd_;
   Timer heartbeat_timer_;
   uint64_t generation_ = 0;
   uint64_t started_ns_ = 0;
+  std::unique_ptr<Observation> observation_;  // last: stopped first
 };
 
 }  // namespace quanta::arbiter

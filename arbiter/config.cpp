@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "arbiter/names.h"
 #include "common/shm_layout.h"
 
 namespace quanta::arbiter {
@@ -112,8 +113,16 @@ class Reader {
 
   void policy_table(const toml::table& table, const std::string& section,
                     common::Policy* policy) const {
-    check_keys(table, section, {"weight", "priority", "max_share", "memory_limit", "quantum"});
+    check_keys(table, section,
+               {"weight", "priority", "max_share", "min_share", "memory_limit", "quantum"});
     for (auto&& [k, v] : table) policy_value(v, section, k.str(), policy);
+    std::string err = policy_error(*policy);
+    if (!err.empty()) {
+      const toml::node* at = table.get("min_share");
+      if (at == nullptr) at = table.get("max_share");
+      if (at == nullptr) throw ConfigError(source_ + ": [" + section + "]: " + err);
+      fail(*at, section + (table.get("min_share") ? ".min_share" : ".max_share"), err);
+    }
   }
 
   const toml::table& table_value(const toml::node& node, const std::string& key) const {
@@ -156,6 +165,13 @@ const char* over_cap_name(OverCapAction a) {
   return "?";
 }
 
+std::vector<FitProbe> MetricsConfig::default_fit_probes() {
+  std::vector<FitProbe> probes(2);
+  parse_fit_probe("0.25", "25%", &probes[0]);
+  parse_fit_probe("0.1", "10%", &probes[1]);
+  return probes;
+}
+
 common::Policy NodeConfig::policy_for(const std::string& pod) const {
   auto it = pods.find(pod);
   return it == pods.end() ? defaults : it->second;
@@ -175,6 +191,12 @@ std::string apply_policy_value(common::Policy* policy, const std::string& annota
     ok = common::parse_priority(value, &policy->priority, &err);
   } else if (key == "max_share" || key == "max-share") {
     ok = common::parse_share(value, &policy->max_share_ppm, &err);
+  } else if (key == "min_share" || key == "min-share") {
+    if (value == "0" || value == "none") {
+      policy->min_share_ppm = 0;
+      return "";
+    }
+    ok = common::parse_share(value, &policy->min_share_ppm, &err);
   } else if (key == "memory_limit" || key == "memory-limit") {
     if (value == "0" || value == "none") {
       policy->memory_limit = 0;
@@ -185,29 +207,130 @@ std::string apply_policy_value(common::Policy* policy, const std::string& annota
     ok = common::parse_duration(value, &policy->quantum_ns, &err);
   } else {
     return "unknown policy key \"" + key +
-           "\": allowed keys are weight, priority, max-share, memory-limit, quantum";
+           "\": allowed keys are weight, priority, max-share, min-share, memory-limit, quantum";
   }
   return ok ? "" : std::string(err.text);
 }
 
+namespace {
+
+std::string share_text(uint32_t ppm) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", ppm / static_cast<double>(common::kShareScale));
+  return buf;
+}
+
+}  // namespace
+
+std::string policy_error(const common::Policy& policy) {
+  if (policy.min_share_ppm > policy.max_share_ppm) {
+    return "min-share " + share_text(policy.min_share_ppm) + " is above max-share " +
+           share_text(policy.max_share_ppm) +
+           ": a pod cannot be promised more than its own ceiling (lower min-share or raise "
+           "max-share)";
+  }
+  return "";
+}
+
+namespace {
+
+// The line (1-based) of a table header whose name starts with a character no key may start
+// with ("[=x]"), or of a non-ASCII byte outside strings and comments, or 0. toml++ 3.3 assumes such a header away instead of refusing it (an
+// assertion in debug builds, undefined behaviour under clang in release ones), so the
+// arbiter refuses it first. Lines inside multi-line strings are not headers.
+size_t bad_table_header(std::string_view text) {
+  if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte-order mark
+  enum class In { kNothing, kBasicMulti, kLiteralMulti };
+  In in = In::kNothing;
+  size_t line_no = 1;
+  bool line_start = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line_no;
+      line_start = true;
+      continue;
+    }
+    if (in != In::kNothing) {  // inside a multi-line string: only its end matters
+      const char* end = in == In::kBasicMulti ? "\"\"\"" : "'''";
+      if (in == In::kBasicMulti && c == '\\') {
+        ++i;
+      } else if (text.compare(i, 3, end) == 0) {
+        in = In::kNothing;
+        i += 2;
+      }
+      continue;
+    }
+    if (line_start && (c == ' ' || c == '\t')) continue;
+    if (line_start && c == '[') {  // a table header: its name must start like a key
+      size_t k = text.find_first_not_of(" \t", i + 1);
+      if (k != std::string_view::npos && text[k] == '[') k = text.find_first_not_of(" \t", k + 1);
+      if (k == std::string_view::npos) return line_no;
+      const char n = text[k];
+      const bool key_start = (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') ||
+                             (n >= '0' && n <= '9') || n == '_' || n == '-' || n == '"' ||
+                             n == '\'' || n == ']';
+      if (!key_start) return line_no;
+    }
+    line_start = false;
+    if (c == '#') {  // a comment: skip to the end of the line
+      const size_t nl = text.find('\n', i);
+      if (nl == std::string_view::npos) break;
+      i = nl - 1;
+      continue;
+    }
+    if (text.compare(i, 3, "\"\"\"") == 0) {
+      in = In::kBasicMulti;
+      i += 2;
+      continue;
+    }
+    if (text.compare(i, 3, "'''") == 0) {
+      in = In::kLiteralMulti;
+      i += 2;
+      continue;
+    }
+    if (c == '"' || c == '\'') {  // a one-line string: to its closing quote or the line's end
+      for (++i; i < text.size() && text[i] != c && text[i] != '\n'; ++i) {
+        if (c == '"' && text[i] == '\\') ++i;
+      }
+      if (i < text.size() && text[i] == '\n') --i;
+      continue;
+    }
+    // Outside strings and comments TOML is ASCII; toml++ 3.3 reaches an unreachable
+    // branch on some non-ASCII bare keys, so they are refused here too.
+    if (static_cast<unsigned char>(c) >= 0x80) return line_no;
+  }
+  return 0;
+}
+
+}  // namespace
+
 NodeConfig parse_config(const std::string& text, const std::string& source_name) {
+  if (const size_t line = bad_table_header(text); line != 0) {
+    throw ConfigError(source_name + ":" + std::to_string(line) +
+                      ": a table header names no table, or a key is not ASCII: use [name] or "
+                      "[pod.\"NAME\"], and keys of letters, digits, _ and - (other text only in "
+                      "quotes or comments)");
+  }
   toml::table root;
   try {
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(where(source_name, e.source()) + ": " + std::string(e.description()));
+    // toml++ quotes what it saw, newlines and control characters included: one line, escaped.
+    throw ConfigError(where(source_name, e.source()) + ": " + printable(e.description()));
   }
   Reader r(source_name);
   NodeConfig cfg;
   cfg.source = source_name;
   r.check_keys(root, "the top level",
-               {"node", "scheduler", "enforce", "shim", "metrics", "defaults", "pod"});
+               {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod"});
 
   if (auto n = root.get("node")) {
     const toml::table& node = r.table_value(*n, "node");
     r.check_keys(
         node, "[node]",
-        {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus"});
+        {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus",
+         "nvml_interval"});
     for (auto&& [k, v] : node) {
       std::string key = "node." + std::string(k.str());
       if (k == "scope") {
@@ -221,6 +344,15 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
         cfg.state_dir = r.string_value(v, key);
       } else if (k == "allow_unregistered") {
         cfg.allow_unregistered = r.bool_value(v, key);
+      } else if (k == "nvml_interval") {
+        std::string text;
+        if (value_text(v, &text) && text == "0") {
+          cfg.nvml_interval_ns = 0;
+        } else {
+          cfg.nvml_interval_ns = r.duration_value(v, key);
+          if (cfg.nvml_interval_ns < 100'000'000 || cfg.nvml_interval_ns > 60'000'000'000)
+            r.fail(v, key, "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
+        }
       } else if (k == "gpus") {
         auto arr = v.as_array();
         if (arr == nullptr) r.fail(v, key, "use a list of GPU or MIG UUIDs ([\"GPU-…\"])");
@@ -322,9 +454,45 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     }
   }
 
+  if (auto n = root.get("hook")) {
+    const toml::table& t = r.table_value(*n, "hook");
+    r.check_keys(t, "[hook]", {"timeout"});
+    if (auto v = t.get("timeout")) {
+      cfg.hook.timeout_ns = r.duration_value(*v, "hook.timeout");
+      if (cfg.hook.timeout_ns < 10'000'000 || cfg.hook.timeout_ns > 60'000'000'000ull)
+        r.fail(*v, "hook.timeout", "use 10ms to 60s");
+    }
+  }
+
   if (auto n = root.get("metrics")) {
     const toml::table& t = r.table_value(*n, "metrics");
-    r.check_keys(t, "[metrics]", {"listen"});
+    r.check_keys(t, "[metrics]", {"listen", "fit_probes"});
+    if (auto v = t.get("fit_probes")) {
+      const char* usage = "use a list of {share = \"25%\", memory = \"10Gi\" or \"40%\"} tables";
+      auto arr = v->as_array();
+      if (arr == nullptr) r.fail(*v, "metrics.fit_probes", usage);
+      cfg.metrics.fit_probes.clear();
+      for (auto&& e : *arr) {
+        auto probe = e.as_table();
+        if (probe == nullptr) r.fail(e, "metrics.fit_probes", usage);
+        r.check_keys(*probe, "a metrics.fit_probes entry", {"share", "memory"});
+        const toml::node* share = probe->get("share");
+        const toml::node* memory = probe->get("memory");
+        std::string share_text, memory_text;
+        if (share == nullptr || memory == nullptr || !value_text(*share, &share_text) ||
+            !value_text(*memory, &memory_text)) {
+          r.fail(e, "metrics.fit_probes", std::string("each entry needs share and memory: ") + usage);
+        }
+        FitProbe p;
+        std::string err = parse_fit_probe(share_text, memory_text, &p);
+        if (!err.empty()) r.fail(e, "metrics.fit_probes", err);
+        for (const FitProbe& other : cfg.metrics.fit_probes) {
+          if (other.share_label == p.share_label && other.memory_label == p.memory_label)
+            r.fail(e, "metrics.fit_probes", "this probe is listed twice");
+        }
+        cfg.metrics.fit_probes.push_back(p);
+      }
+    }
     if (auto l = t.get("listen")) {
       cfg.metrics.listen = r.string_value(*l, "metrics.listen");
       const size_t colon = cfg.metrics.listen.rfind(':');
@@ -345,13 +513,19 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     for (auto&& [k, v] : pods) {
       std::string name(k.str());
       std::string section = "pod.\"" + name + "\"";
-      if (name.empty() || name.size() >= common::kPodKeyLen) {
-        r.fail(v, section,
-               "use a pod name of 1 to " + std::to_string(common::kPodKeyLen - 1) + " bytes");
-      }
+      if (std::string err = check_pod_key(name, "the pod name"); !err.empty()) r.fail(v, section, err);
       common::Policy p = cfg.defaults;
       r.policy_table(r.table_value(v, section), section, &p);
       cfg.pods[name] = p;
+    }
+    // The [pod] tables' processes may all use one GPU: their minimums must fit in it.
+    uint64_t promised = 0;
+    for (const auto& [name, p] : cfg.pods) promised += p.min_share_ppm;
+    if (promised > common::kShareScale) {
+      throw ConfigError(source_name + ": the [pod] tables promise min_share " +
+                        share_text(static_cast<uint32_t>(std::min<uint64_t>(promised, UINT32_MAX))) +
+                        " of a GPU in all: the minimums of pods that can share a GPU must add up "
+                        "to at most 1");
     }
   }
   return cfg;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "arbiter/capacity.h"
 #include "common/policy.h"
 
 namespace quanta::arbiter {
@@ -48,8 +49,21 @@ struct ShimConfig {
   bool count_managed = true;                 // cuMemAllocManaged counts against the cap
 };
 
+// What quanta-hook does at container creation (the other half of its behaviour follows
+// [enforce] unplaced).
+struct HookConfig {
+  // The most one hook invocation waits for the arbiter's answer; past it the arbiter counts
+  // as unreachable and [enforce] unplaced decides. The whole invocation gives up at twice
+  // this (a hung driver), refusing the container.
+  uint64_t timeout_ns = 5'000'000'000;
+};
+
 struct MetricsConfig {
   std::string listen;  // "HOST:PORT" of the Prometheus endpoint; "" = not served
+  // Pod sizes the capacity metrics count room for (quanta_gpu_pods_fit, quanta_node_pods_fit).
+  std::vector<FitProbe> fit_probes = default_fit_probes();
+
+  static std::vector<FitProbe> default_fit_probes();
 };
 
 struct NodeConfig {
@@ -60,9 +74,13 @@ struct NodeConfig {
   std::string state_dir = "/var/lib/quanta";
   bool allow_unregistered = false;
   std::vector<std::string> gpus;  // UUIDs to manage; empty = every device NVML reports
+  // How often NVML's per-process view is read (nvml_sampler.h): reconciliation with the
+  // registry ([enforce] over_cap, unmanaged processes) and per-pod utilisation. 0 = never.
+  uint64_t nvml_interval_ns = 1'000'000'000;
   SchedulerConfig scheduler;
   EnforceConfig enforce;
   ShimConfig shim;
+  HookConfig hook;
   MetricsConfig metrics;
   common::Policy defaults;
   std::map<std::string, common::Policy, std::less<>> pods;  // [pod."NAME"], defaults applied
@@ -85,9 +103,12 @@ NodeConfig load_config(const std::string& path);
 NodeConfig parse_config(const std::string& text, const std::string& source_name);
 
 // Applies one policy key ("weight", "priority", "max_share"/"max-share",
-// "memory_limit"/"memory-limit", "quantum"; also with the annotation prefix "quanta.dev/")
-// given as text. Returns "" or an error line.
+// "min_share"/"min-share", "memory_limit"/"memory-limit", "quantum"; also with the
+// annotation prefix "quanta.dev/") given as text. Returns "" or an error line.
 std::string apply_policy_value(common::Policy* policy, const std::string& key,
                                const std::string& value);
+// What is wrong with a whole policy once every key is applied ("" when nothing): a
+// minimum share above the pod's own ceiling.
+std::string policy_error(const common::Policy& policy);
 
 }  // namespace quanta::arbiter

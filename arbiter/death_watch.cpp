@@ -1,14 +1,20 @@
 // pidfd_open through syscall(2) (glibc 2.36 wraps it, Debian 12's does, older ones don't)
-// and /proc/<pid>/cgroup parsing.
+// and reading /proc/<pid>/cgroup (the choice of line is common/cgroup.h's).
 #include "arbiter/death_watch.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <sstream>
+
+#include "common/cgroup.h"
 
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_send_signal
+#define SYS_pidfd_send_signal 424
 #endif
 
 namespace quanta::arbiter {
@@ -20,28 +26,13 @@ UniqueFd open_pidfd(pid_t pid) {
 
 std::string cgroup_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cgroup");
-  std::string line;
-  std::string first_v1;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-    auto colon = line.find(':', line.find(':') + 1);
-    if (first_v1.empty() && colon != std::string::npos) first_v1 = line.substr(colon + 1);
-  }
-  return first_v1;
+  std::stringstream text;
+  text << in.rdbuf();
+  return std::string(common::container_cgroup_path(text.str()));
 }
 
-bool maps_shm(pid_t pid, const std::string& name) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/maps");
-  const std::string path = "/dev/shm/" + name;
-  std::string line;
-  while (std::getline(in, line)) {
-    auto at = line.find(path);
-    if (at == std::string::npos) continue;
-    size_t end = at + path.size();
-    if (end == line.size() || line[end] == ' ')
-      return true;  // not a longer name ("pod.1" vs "pod.10")
-  }
-  return false;
+bool signal_pidfd(int pidfd, int sig) {
+  return syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0) == 0;
 }
 
 }  // namespace quanta::arbiter

@@ -12,12 +12,12 @@ namespace quanta::arbiter {
 
 // A pidfd for a live process; an empty UniqueFd when it no longer exists.
 UniqueFd open_pidfd(pid_t pid);
-// The process's cgroup path (the cgroup v2 "0::" line, else the first v1 hierarchy's),
-// or "" when it cannot be read.
+// The process's cgroup path as common/cgroup.h picks it from /proc/<pid>/cgroup (the v2
+// path, or on hybrid hosts whose containers have v1 cgroups only, the v1 one), or "" when
+// it cannot be read. quanta-hook registers containers by the same rule.
 std::string cgroup_of(pid_t pid);
-// Whether the process maps the shared-memory object /dev/shm/<name> (name without the
-// leading '/'), deleted or not. A tenant always maps its pod region; the check tells a
-// genuine process table entry from one another process wrote there.
-bool maps_shm(pid_t pid, const std::string& name);
+// Sends `sig` through the pidfd (never to a pid that may have been reused). False when
+// the process is gone.
+bool signal_pidfd(int pidfd, int sig);
 
 }  // namespace quanta::arbiter

@@ -38,6 +38,13 @@ void EventLoop::add(int fd, Handler handler, uint32_t events) {
   handlers_[fd] = std::make_shared<Handler>(std::move(handler));
 }
 
+void EventLoop::modify(int fd, uint32_t events) {
+  epoll_event ev{};
+  ev.events = events;
+  ev.data.fd = fd;
+  if (epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, fd, &ev) != 0) throw_errno("epoll_ctl(MOD)");
+}
+
 void EventLoop::remove(int fd) {
   epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
   handlers_.erase(fd);

@@ -43,6 +43,8 @@ class EventLoop {
   EventLoop();
   // Watches fd for `events` (EPOLLIN by default); the handler runs on readiness.
   void add(int fd, Handler handler, uint32_t events = 0x001 /* EPOLLIN */);
+  // Changes what an added fd is watched for (EPOLLIN, EPOLLOUT, both or none).
+  void modify(int fd, uint32_t events);
   void remove(int fd);
   // Runs handlers until stop(); each wait is at most max_wait_ms.
   void run();

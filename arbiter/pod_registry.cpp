@@ -1,13 +1,18 @@
-// Pod bookkeeping and policy resolution, plus the small JSON state file that keeps
-// registrations and live overrides across arbiter restarts.
+// Pod bookkeeping, policy resolution and the state file's load and save.
 #include "arbiter/pod_registry.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "arbiter/names.h"
 
 namespace quanta::arbiter {
 
@@ -17,29 +22,108 @@ std::string Registration::pod_key() const {
   return "uid:" + pod_uid;
 }
 
+namespace {
+
+uint64_t random_tag() {
+  uint64_t tag = 0;
+  while (tag == 0) {
+    if (getrandom(&tag, sizeof(tag), 0) != static_cast<ssize_t>(sizeof(tag))) tag = 0;
+  }
+  return tag;
+}
+
+}  // namespace
+
 PodRegistry::PodRegistry(const NodeConfig& config) : config_(config) {}
 
 std::string PodRegistry::register_container(const Registration& r) {
+  std::string err;
   if (r.container_id.empty()) return "register needs a container_id";
+  if (!(err = check_text(r.container_id, "container_id", 256)).empty()) return err;
   if (r.cgroup_path.empty() || r.cgroup_path[0] != '/') {
     return "register needs cgroup_path, the container's cgroup as /proc/<pid>/cgroup shows it "
            "(\"/kubepods/…\")";
   }
+  if (!(err = check_text(r.cgroup_path, "cgroup_path", 4096)).empty()) return err;
+  if (!(err = check_text(r.container_name, "container_name", 256)).empty()) return err;
   if (r.pod_name.empty() && r.pod_uid.empty())
     return "register needs pod_name (with pod_namespace) or pod_uid";
-  if (r.pod_key().size() >= common::kPodKeyLen) return "pod key " + r.pod_key() + " is too long";
+  if (!(err = check_pod_key(r.pod_key(), "pod key")).empty()) return err;
   for (const std::string& d : r.devices) {
-    if (d.size() >= common::kUuidLen || (d.rfind("GPU-", 0) != 0 && d.rfind("MIG-", 0) != 0))
-      return "container " + r.container_id + ": device \"" + d +
+    if (d.size() >= common::kUuidLen || (d.rfind("GPU-", 0) != 0 && d.rfind("MIG-", 0) != 0) ||
+        !check_pod_key(d, "device").empty())
+      return "container " + printable(r.container_id) + ": device \"" + printable(d) +
              "\" is not a GPU or MIG UUID (GPU-… or MIG-…, as NVML reports it)";
   }
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
-    std::string err = apply_policy_value(&p, k, v);
-    if (!err.empty()) return "container " + r.container_id + ": " + err;
+    err = apply_policy_value(&p, k, v);
+    if (!err.empty()) return "container " + printable(r.container_id) + ": " + err;
   }
+  auto overridden = overrides_.find(r.pod_key());
+  if (overridden != overrides_.end()) {
+    for (const auto& [k, v] : overridden->second) apply_policy_value(&p, k, v);
+  }
+  err = policy_error(p);
+  if (err.empty()) err = check_minimums(r.pod_key(), p, r.devices);
+  if (!err.empty())
+    return "container " + printable(r.container_id) + " of pod " + r.pod_key() + ": " + err;
   registrations_[r.container_id] = r;
   return "";
+}
+
+namespace {
+
+std::string share_text(uint64_t ppm) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", static_cast<double>(ppm) / common::kShareScale);
+  return buf;
+}
+
+bool can_share(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  if (a.empty() || b.empty()) return true;  // one of them may use any GPU
+  for (const std::string& x : a) {
+    if (std::find(b.begin(), b.end(), x) != b.end()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string PodRegistry::check_minimums(const std::string& pod_key, const common::Policy& policy,
+                                        const std::vector<std::string>& devices) const {
+  if (policy.min_share_ppm == 0) return "";
+  // Every other pod that could run on a GPU this one may use, with its devices (the union
+  // of its containers' lists; a pod with no list, or none registered, may use any GPU).
+  std::map<std::string, std::vector<std::string>> others;
+  std::map<std::string, bool> anywhere;
+  for (const auto& [id, r] : registrations_) {
+    if (r.pod_key() == pod_key) continue;
+    auto& list = others[r.pod_key()];
+    if (r.devices.empty()) anywhere[r.pod_key()] = true;
+    list.insert(list.end(), r.devices.begin(), r.devices.end());
+  }
+  for (const auto& [index, pod] : pods_) {
+    if (pod.key != pod_key && !others.count(pod.key)) {
+      others[pod.key];
+      anywhere[pod.key] = true;
+    }
+  }
+  uint64_t promised = policy.min_share_ppm;
+  std::string who;
+  for (auto& [key, list] : others) {
+    if (anywhere[key]) list.clear();
+    const uint32_t min = resolve_policy(key).min_share_ppm;
+    if (min == 0 || !can_share(list, devices)) continue;
+    promised += min;
+    who += (who.empty() ? "" : ", ") + key + " " + share_text(min);
+  }
+  if (promised <= common::kShareScale) return "";
+  return "min-share " + share_text(policy.min_share_ppm) +
+         " would promise more than a whole GPU: pods that can share a GPU with it are already "
+         "promised " +
+         share_text(promised - policy.min_share_ppm) + " (" + who +
+         "), and the minimums on a GPU must add up to at most 1";
 }
 
 bool PodRegistry::unregister_container(const std::string& container_id) {
@@ -59,14 +143,32 @@ const Registration* PodRegistry::match_cgroup(const std::string& cgroup) const {
 
 std::string PodRegistry::set_override(const std::string& pod_key,
                                       const std::map<std::string, std::string>& values) {
-  if (pod_key.empty() || pod_key.size() >= common::kPodKeyLen) return "set needs a pod name";
+  if (pod_key.empty()) return "set needs a pod name";
+  std::string err = check_pod_key(pod_key, "pod");
+  if (!err.empty()) return err;
   if (values.empty())
-    return "set needs at least one key=value (weight, priority, max-share, memory-limit, quantum)";
+    return "set needs at least one key=value (weight, priority, max-share, min-share, "
+           "memory-limit, quantum)";
   common::Policy probe = resolve_policy(pod_key);
   for (const auto& [k, v] : values) {
-    std::string err = apply_policy_value(&probe, k, v);
+    err = apply_policy_value(&probe, k, v);
     if (!err.empty()) return err;
   }
+  err = policy_error(probe);
+  if (err.empty()) {
+    std::vector<std::string> devices;
+    bool registered = false;
+    bool any_gpu = false;
+    for (const auto& [id, r] : registrations_) {
+      if (r.pod_key() != pod_key) continue;
+      registered = true;
+      any_gpu = any_gpu || r.devices.empty();
+      devices.insert(devices.end(), r.devices.begin(), r.devices.end());
+    }
+    if (!registered || any_gpu) devices.clear();
+    err = check_minimums(pod_key, probe, devices);
+  }
+  if (!err.empty()) return "pod " + pod_key + ": " + err;
   for (const auto& [k, v] : values) {
     std::string key = k;
     for (char& c : key) c = c == '_' ? '-' : c;
@@ -90,53 +192,67 @@ common::Policy PodRegistry::resolve_policy(const std::string& pod_key) const {
   return p;
 }
 
-Pod& PodRegistry::get_or_create(const std::string& key) {
+Pod& PodRegistry::get_or_create(const std::string& key, bool registered,
+                                const std::string& claimed_from) {
   if (Pod* p = find_key(key)) return *p;
+  if (pods_.size() >= kMaxPods) {
+    throw std::runtime_error("this node already has " + std::to_string(kMaxPods) +
+                             " pods with processes, the most it keeps");
+  }
+  if (!registered) {
+    size_t claimed = 0;
+    size_t same_cgroup = 0;
+    for (const auto& [i, p] : pods_) {
+      if (p.registered) continue;
+      ++claimed;
+      same_cgroup += p.claimed_from == claimed_from ? 1 : 0;
+    }
+    if (claimed >= kMaxClaimedPods || same_cgroup >= kMaxClaimedPodsPerCgroup) {
+      throw std::runtime_error("too many unregistered pods (" + std::to_string(claimed) +
+                               " in all, " + std::to_string(same_cgroup) + " claimed from cgroup " +
+                               printable(claimed_from) + "; at most " +
+                               std::to_string(kMaxClaimedPods) + " and " +
+                               std::to_string(kMaxClaimedPodsPerCgroup) + ")");
+    }
+  }
   uint32_t index = 0;
   while (pods_.count(index) != 0) ++index;
-  std::string name = pod_region_name(config_.scope, index);
-  // Every region a previous arbiter left was adopted at start, so one under a free index
-  // belongs to nobody alive: start it afresh.
-  boost::interprocess::shared_memory_object::remove(name.c_str());
   Pod pod;
   pod.index = index;
   pod.key = key;
+  pod.registered = registered;
+  pod.claimed_from = registered ? "" : claimed_from;
   pod.policy = resolve_policy(key);
-  pod.region = PodRegionMap(name, common::kPodMagic);
+  pod.region = PodRegionMap::create(pod_region_name(config_.scope, index));
+  pod.recovery_tag = random_tag();
   std::strncpy(pod.region->header.pod_key, key.c_str(), common::kPodKeyLen - 1);
+  pod.region->header.recovery_tag = pod.recovery_tag;
   Pod& out = pods_[index] = std::move(pod);
   save_state();
   return out;
 }
 
-Pod& PodRegistry::adopt(uint32_t index) {
+Pod& PodRegistry::adopt(uint32_t index, UniqueFd fd, const SavedPod& saved) {
   Pod pod;
   pod.index = index;
-  pod.region = PodRegionMap(pod_region_name(config_.scope, index), common::kPodMagic);
-  if (!pod.region.reopened())
-    throw RegionError("pod region " + std::to_string(index) + " vanished");
-  // The header's key is tenant-writable: trust the key this arbiter recorded, so a pod
-  // cannot rename its region into another pod's after a restart.
-  std::string claimed(pod.region->header.pod_key,
-                      strnlen(pod.region->header.pod_key, common::kPodKeyLen));
-  auto recorded = recorded_keys_.find(index);
-  if (recorded != recorded_keys_.end()) {
-    pod.key = recorded->second;
-    if (claimed != pod.key) {
-      spdlog::warn(
-          "pod region {} says it belongs to \"{}\" but was created for \"{}\": keeping the latter",
-          index, claimed, pod.key);
-      std::strncpy(pod.region->header.pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
-    }
-  } else {
-    pod.key = claimed;
-    spdlog::warn("pod region {} is not in {}; taking its own word that it belongs to \"{}\"", index,
-                 state_file(), pod.key);
-  }
+  pod.key = saved.key;
+  pod.recovery_tag = saved.recovery_tag;
+  pod.region =
+      PodRegionMap::adopt(std::move(fd), pod_region_name(config_.scope, index), saved.recovery_tag);
+  if (pod.region.inode() != saved.inode)
+    throw RegionError("pod region " + std::to_string(index) + " is not the file recorded for it");
+  // The header's key is tenant-writable: the state file's record is the truth.
+  std::strncpy(pod.region->header.pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
+  pod.region->header.pod_key[common::kPodKeyLen - 1] = '\0';
+  for (const auto& [id, r] : registrations_)
+    pod.registered = pod.registered || r.pod_key() == pod.key;
+  // A re-adopted claimed pod still counts against its claimer's bound, so a restart never
+  // lets one cgroup claim more pods than it could before.
+  pod.claimed_from = pod.registered ? "" : saved.claimed_from;
   for (const auto& [i, p] : pods_) {
     if (p.key == pod.key)
       throw RegionError("pod regions " + std::to_string(i) + " and " + std::to_string(index) +
-                        " both claim pod " + pod.key);
+                        " are both recorded for pod " + printable(pod.key));
   }
   pod.policy = resolve_policy(pod.key);
   return pods_[index] = std::move(pod);
@@ -156,8 +272,7 @@ Pod* PodRegistry::find_key(const std::string& key) {
 
 void PodRegistry::release_if_unused(uint32_t index) {
   auto it = pods_.find(index);
-  if (it == pods_.end() || it->second.processes != 0) return;
-  it->second.region.unlink();
+  if (it == pods_.end() || it->second.processes() != 0) return;
   pods_.erase(it);
   save_state();
 }
@@ -166,72 +281,76 @@ std::string PodRegistry::state_file() const {
   return config_.state_dir + "/" + config_.scope + ".state.json";
 }
 
-void PodRegistry::load_state() {
+void PodRegistry::set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus) {
+  generation_ = generation;
+  gpus_ = std::move(gpus);
+}
+
+SavedState PodRegistry::load_state() {
   std::ifstream in(state_file());
-  if (!in) return;
-  try {
-    nlohmann::json j = nlohmann::json::parse(in);
-    const nlohmann::json empty_list = nlohmann::json::array();
-    const nlohmann::json empty_object = nlohmann::json::object();
-    const nlohmann::json& saved = j.contains("registrations") ? j["registrations"] : empty_list;
-    for (const auto& r : saved) {
-      Registration reg;
-      reg.container_id = r.value("container_id", "");
-      reg.pod_uid = r.value("pod_uid", "");
-      reg.pod_name = r.value("pod_name", "");
-      reg.pod_namespace = r.value("pod_namespace", "");
-      reg.container_name = r.value("container_name", "");
-      reg.cgroup_path = r.value("cgroup_path", "");
-      reg.devices = r.value("devices", std::vector<std::string>{});
-      reg.policy = r.value("policy", std::map<std::string, std::string>{});
-      std::string err = register_container(reg);
-      if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
-    }
-    const nlohmann::json& pods = j.contains("pods") ? j["pods"] : empty_object;
-    for (const auto& [index, key] : pods.items()) {
-      if (key.is_string())
-        recorded_keys_[static_cast<uint32_t>(std::stoul(index))] = key.get<std::string>();
-    }
-    const nlohmann::json& overrides = j.contains("overrides") ? j["overrides"] : empty_object;
-    for (const auto& [pod, values] : overrides.items()) {
-      std::string err = set_override(pod, values.get<std::map<std::string, std::string>>());
-      if (!err.empty())
-        spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), pod, err);
-    }
-  } catch (const std::exception& e) {
-    spdlog::warn("{}: ignoring unreadable state ({})", state_file(), e.what());
+  if (!in) return SavedState();
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<std::string> warnings;
+  SavedState saved = parse_state(text.str(), &warnings);
+  for (const std::string& w : warnings) spdlog::warn("{}: {}", state_file(), printable(w));
+  for (const Registration& reg : saved.registrations) {
+    std::string err = register_container(reg);
+    if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
   }
+  for (const auto& [pod, values] : saved.overrides) {
+    std::string err = set_override(pod, values);
+    if (!err.empty()) {
+      spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), printable(pod), err);
+    }
+  }
+  return saved;
 }
 
 void PodRegistry::save_state() const {
-  nlohmann::json j;
-  j["registrations"] = nlohmann::json::array();
-  for (const auto& [id, r] : registrations_) {
-    j["registrations"].push_back({{"container_id", r.container_id},
-                                  {"pod_uid", r.pod_uid},
-                                  {"pod_name", r.pod_name},
-                                  {"pod_namespace", r.pod_namespace},
-                                  {"container_name", r.container_name},
-                                  {"cgroup_path", r.cgroup_path},
-                                  {"devices", r.devices},
-                                  {"policy", r.policy}});
+  SavedState s;
+  s.generation = generation_;
+  for (const auto& [id, r] : registrations_) s.registrations.push_back(r);
+  s.overrides = overrides_;
+  for (const auto& [index, pod] : pods_) {
+    SavedPod& p = s.pods[index];
+    p.key = pod.key;
+    p.inode = pod.region.inode();
+    p.recovery_tag = pod.recovery_tag;
+    p.pids.assign(pod.pids.begin(), pod.pids.end());
+    p.claimed_from = pod.claimed_from;
   }
-  j["overrides"] = overrides_;
-  j["pods"] = nlohmann::json::object();
-  for (const auto& [index, pod] : pods_) j["pods"][std::to_string(index)] = pod.key;
+  s.gpus = gpus_;
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
-  std::string tmp = state_file() + ".tmp";
+  const std::string tmp = state_file() + ".tmp";
   {
-    std::ofstream out(tmp);
-    out << j.dump(2) << "\n";
+    std::ofstream out(tmp, std::ios::trunc);
+    out << render_state(s);
+    out.flush();
     if (!out) {
-      spdlog::warn("cannot write {}: registrations will not survive a restart", tmp);
+      spdlog::warn("cannot write {}: registrations and pod regions will not survive a restart",
+                   tmp);
+      saved_stamp_ = stamp_of_state_file();
       return;
     }
   }
   std::filesystem::rename(tmp, state_file(), ec);
   if (ec) spdlog::warn("cannot replace {}: {}", state_file(), ec.message());
+  saved_stamp_ = stamp_of_state_file();
+}
+
+PodRegistry::FileStamp PodRegistry::stamp_of_state_file() const {
+  struct stat st {};
+  if (::stat(state_file().c_str(), &st) != 0) return {};
+  return FileStamp{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                   static_cast<uint64_t>(st.st_size),
+                   static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull +
+                       static_cast<uint64_t>(st.st_mtim.tv_nsec)};
+}
+
+bool PodRegistry::state_file_changed() const {
+  return stamp_of_state_file() != saved_stamp_;
 }
 
 }  // namespace quanta::arbiter

@@ -1,53 +1,53 @@
 // Pods and where their policy comes from: containers registered by quanta-hook (matched by
 // cgroup path), the config's [pod."NAME"] tables and defaults, and live `quantactl set`
-// overrides. Registrations and overrides are kept in state_dir across restarts. Each pod
-// known to have processes owns a pod region.
+// overrides. Each pod with processes owns a pod region; which of its process entries are
+// in use is counted here, never read from the tenant-writable region. Registrations,
+// overrides and what a restart needs to re-adopt the regions are kept in the state file
+// (state_file.h).
 #pragma once
 
+#include <bitset>
 #include <cstdint>
 #include <map>
-#include <memory>
-#include <nlohmann/json_fwd.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "arbiter/config.h"
 #include "arbiter/regions.h"
+#include "arbiter/registration.h"
+#include "arbiter/state_file.h"
 #include "common/policy.h"
 
 namespace quanta::arbiter {
-
-struct Registration {
-  std::string container_id;
-  std::string pod_uid;
-  std::string pod_name;
-  std::string pod_namespace;
-  std::string container_name;
-  std::string cgroup_path;
-  // The GPUs the runtime gave the container, as UUIDs ("GPU-…"/"MIG-…"); its processes may
-  // attach to these only. Empty: the registration did not say (see the admin protocol).
-  std::vector<std::string> devices;
-  std::map<std::string, std::string> policy;  // annotation values as text ("weight" → "4")
-
-  // "namespace/name", or "uid:<uid>" when the pod has no name.
-  std::string pod_key() const;
-};
 
 struct Pod {
   uint32_t index = 0;
   std::string key;
   common::Policy policy;
   PodRegionMap region;
-  uint32_t processes = 0;  // admitted processes using this pod region
-  bool truncated_reported = false;
+  uint64_t recovery_tag = 0;
+  bool registered = false;   // created for a registered container (not a claimed name)
+  std::string claimed_from;  // the cgroup of the process that claimed it (unregistered pods)
+  std::bitset<common::kMaxProcsPerPod> entries;  // process entries in use
+  std::set<pid_t> pids;                          // admitted processes
+  // GPUs where NVML showed the pod above its cap and over_cap = deny: the cap its slots
+  // carry there instead of the policy's (its usage when it was denied).
+  std::map<uint32_t, uint64_t> denied_caps;
+  uint32_t processes() const { return static_cast<uint32_t>(entries.count()); }
 };
 
 class PodRegistry {
  public:
+  // Bounds on pods (each costs a region of sizeof(common::PodRegion) bytes).
+  static constexpr size_t kMaxPods = 1024;
+  static constexpr size_t kMaxClaimedPods = 64;          // unregistered pods in all
+  static constexpr size_t kMaxClaimedPodsPerCgroup = 8;  // ... claimed from one cgroup
+
   explicit PodRegistry(const NodeConfig& config);
 
-  // Registrations. register_container validates the policy; returns "" or an error line.
+  // Registrations. register_container validates names and the policy; "" or an error line.
   std::string register_container(const Registration& r);
   bool unregister_container(const std::string& container_id);
   // The registration whose cgroup is this one or one of its ancestors.
@@ -61,18 +61,39 @@ class PodRegistry {
   // The policy a pod has now: registration or config table, then overrides.
   common::Policy resolve_policy(const std::string& pod_key) const;
 
+  // Whether `pod_key` may have `policy` on `devices` (empty: any GPU) beside the pods
+  // already known (registered, or with processes now): "" or why not. Minimum shares are
+  // promises: those of pods that can use the same GPU must add up to at most the GPU.
+  std::string check_minimums(const std::string& pod_key, const common::Policy& policy,
+                             const std::vector<std::string>& devices) const;
+
   // Pods with regions.
-  Pod& get_or_create(const std::string& key);
-  // Re-opens a region left by a previous arbiter; throws RegionError on a mismatch.
-  Pod& adopt(uint32_t index);
+  // The pod named `key`, its region created if it has none. `claimed_from` is the
+  // claimer's cgroup for a pod no registration names ("" for registered pods). Throws
+  // RegionError, or std::runtime_error when a bound is reached.
+  Pod& get_or_create(const std::string& key, bool registered, const std::string& claimed_from);
+  // Takes a region a previous arbiter left, found through a tenant's mapping; throws
+  // RegionError when it is not the one recorded (seals, size, header, tag). Never refused
+  // by the bounds (its processes run on), but it counts against them, its claimer's too.
+  Pod& adopt(uint32_t index, UniqueFd fd, const SavedPod& saved);
   Pod* find(uint32_t index);
   Pod* find_key(const std::string& key);
-  // Unlinks and forgets a pod that has no processes left.
+  // Forgets a pod that has no processes left (tenants keep their mappings).
   void release_if_unused(uint32_t index);
   std::map<uint32_t, Pod>& pods() { return pods_; }
+  const std::map<uint32_t, Pod>& pods() const { return pods_; }
 
-  void load_state();
+  // The state file. load_state returns what the last arbiter recorded about regions (the
+  // registry keeps registrations and overrides itself); it never throws.
+  SavedState load_state();
+  // Never throws: a failure is logged and the previous file stays.
   void save_state() const;
+  // Whether the state file is no longer the one the last save wrote (removed with its
+  // folder, truncated, edited, replaced): a restart would then lose the pods' regions, so
+  // the heartbeat writes it again at once.
+  bool state_file_changed() const;
+  // What the arbiter adds to every save: its generation and its control regions.
+  void set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus);
 
  private:
   std::string state_file() const;
@@ -81,7 +102,15 @@ class PodRegistry {
   std::map<std::string, Registration> registrations_;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
   std::map<uint32_t, Pod> pods_;
-  std::map<uint32_t, std::string> recorded_keys_;  // pod index → key, from the state file
+  uint64_t generation_ = 0;
+  std::map<uint32_t, SavedGpu> gpus_;
+  // The state file as the last save left it (all zeros: absent).
+  struct FileStamp {
+    uint64_t dev = 0, ino = 0, size = 0, mtime_ns = 0;
+    bool operator==(const FileStamp&) const = default;
+  };
+  FileStamp stamp_of_state_file() const;
+  mutable FileStamp saved_stamp_;
 };
 
 }  // namespace quanta::arbiter

@@ -1,7 +1,8 @@
 // quantactl: the arbiter's admin client. `status` prints a table per GPU (or the raw JSON
-// with --json, schema in docs/quantactl-status.md); `set POD key=value...` changes a pod's
-// policy live; `drain GPU` holds new grants back and waits until the GPU is idle, `undrain`
-// resumes them. Talks newline-delimited JSON over the root-only admin socket.
+// with --json, schema in docs/quantactl-status.md); `top` refreshes a contention view and
+// `explain POD` tells a pod's last minute (ctl_views.h); `set POD key=value...` changes a
+// pod's policy live; `drain GPU` holds new grants back and waits until the GPU is idle,
+// `undrain` resumes them. Talks newline-delimited JSON over the root-only admin socket.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -13,11 +14,20 @@
 #include <string>
 #include <thread>
 
+#include "arbiter/ctl_text.h"
+#include "arbiter/ctl_views.h"
+#include "arbiter/names.h"
 #include "arbiter/unix_socket.h"
 
 namespace {
 
 using nlohmann::json;
+using quanta::arbiter::printable;
+
+// Text a tenant or runtime chose (pod names, commands), escaped: never raw to a terminal.
+std::string shown(const json& j, const char* field) {
+  return printable(j.value(field, std::string("?")));
+}
 
 json request(const std::string& socket_path, const json& req) {
   quanta::arbiter::UniqueFd fd = quanta::arbiter::connect_unix(socket_path, SOCK_STREAM);
@@ -36,19 +46,7 @@ json request(const std::string& socket_path, const json& req) {
   return json::parse(in.substr(0, in.find('\n')));
 }
 
-std::string bytes(uint64_t b) {
-  char buf[32];
-  if (b >= (1ull << 30)) {
-    std::snprintf(buf, sizeof(buf), "%.1fGi", static_cast<double>(b) / (1ull << 30));
-  } else if (b >= (1ull << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.1fMi", static_cast<double>(b) / (1ull << 20));
-  } else if (b >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.1fKi", static_cast<double>(b) / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(b));
-  }
-  return buf;
-}
+using quanta::arbiter::ctl::bytes;
 
 // "60s", "500ms", "2m" or plain seconds.
 double parse_seconds(const std::string& text) {
@@ -146,21 +144,44 @@ int wait_until_idle(const std::string& socket_path, const json& drained, double 
   }
 }
 
+// Processes NVML lists on the GPU that Quanta does not gate, and pods over their cap by
+// NVML's count.
+void print_unmanaged(const json& gpu) {
+  if (gpu.contains("nvml_error")) std::printf("  NVML: %s\n", shown(gpu, "nvml_error").c_str());
+  if (gpu.contains("unmanaged") && !gpu["unmanaged"].empty()) {
+    std::printf("  not managed by Quanta:\n");
+    for (const json& u : gpu["unmanaged"]) {
+      std::string pod = u["pod"].is_string() ? printable(u["pod"].get<std::string>()) : "-";
+      std::printf("    pid %-8d %-16s pod %-24s %s\n", u.value("pid", 0),
+                  shown(u, "command").c_str(), pod.c_str(),
+                  bytes(u.value("memory_used", 0ull)).c_str());
+    }
+  }
+  if (gpu.contains("over_cap")) {
+    for (const json& o : gpu["over_cap"]) {
+      std::printf("  over its cap by NVML's count: pod %s uses %s of %s (%s)\n",
+                  shown(o, "pod").c_str(), bytes(o.value("nvml_memory_used", 0ull)).c_str(),
+                  bytes(o.value("memory_cap", 0ull)).c_str(), shown(o, "action").c_str());
+    }
+  }
+}
+
 void print_table(const json& status) {
   std::printf("quanta-arbiter scope %s, generation %llu, up %.0f s\n",
-              status.value("scope", "?").c_str(), status.value("generation", 0ull),
+              shown(status, "scope").c_str(), status.value("generation", 0ull),
               status.value("uptime_s", 0.0));
   for (const json& gpu : status["gpus"]) {
     std::string holder = "none";
     if (!gpu["holder"].is_null()) {
       holder = "pid " + std::to_string(gpu["holder"].value("pid", 0)) + " (" +
-               gpu["holder"].value("pod", "?") + ")";
+               shown(gpu["holder"], "pod") + ")";
     }
     std::printf("\nGPU %u %s  holder: %s  waiting: %u%s\n", gpu.value("index", 0u),
-                gpu.value("uuid", "?").c_str(), holder.c_str(), gpu.value("waiting", 0u),
+                shown(gpu, "uuid").c_str(), holder.c_str(), gpu.value("waiting", 0u),
                 !gpu.value("draining", false) ? ""
                 : gpu.value("idle", false)    ? "  DRAINED (idle)"
                                               : "  DRAINING");
+    print_unmanaged(gpu);
     if (gpu["tenants"].empty()) {
       std::printf("  (no tenants)\n");
       continue;
@@ -172,13 +193,12 @@ void print_table(const json& status) {
       uint64_t cap = t.value("memory_cap", 0ull);
       std::string mem = bytes(t.value("pod_memory_used", 0ull)) + "/" +
                         (cap == 0 ? std::string("-") : bytes(cap));
-      std::string pod = t.value("pod", "?");
-      if (pod.size() > 24) pod = pod.substr(0, 23) + "~";
-      std::printf("  %-8d %-24s %6u %-11s %6.1f%% %7.1f%% %6.1f ms %19s %-11s %8llu\n",
+      const std::string pod = quanta::arbiter::ctl::column(t.value("pod", "?"), 24);
+      std::printf("  %-8d %s %6u %-11s %6.1f%% %7.1f%% %6.1f ms %19s %-11s %8llu\n",
                   t.value("pid", 0), pod.c_str(), t.value("weight", 0u),
-                  t.value("priority", "?").c_str(), 100.0 * t.value("target_share", 0.0),
+                  shown(t, "priority").c_str(), 100.0 * t.value("target_share", 0.0),
                   100.0 * t.value("achieved_share", 0.0), t.value("wait_p99_ms", 0.0), mem.c_str(),
-                  t.value("state", "?").c_str(), t.value("revoke_timeouts", 0ull));
+                  shown(t, "state").c_str(), t.value("revoke_timeouts", 0ull));
     }
   }
 }
@@ -217,10 +237,49 @@ int main(int argc, char** argv) {
   drain->add_flag("--no-wait", no_wait, "return once the drain is set");
   auto* undrain = app.add_subcommand("undrain", "let a drained GPU be granted again");
   undrain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
+  auto* top = app.add_subcommand(
+      "top", "refreshing view per GPU: each pod's share, target, utilisation, waits and who delayed it, and capacity left");
+  uint64_t interval_ms = 1000;
+  bool once = false;
+  top->add_option("--interval-ms", interval_ms, "refresh period in milliseconds (default 1000)")
+      ->check(CLI::Range(100, 60000));
+  top->add_flag("--once", once, "print one frame and exit (no screen control)");
+
+  auto* explain = app.add_subcommand(
+      "explain", "a pod's last minute in words and figures: its share against its target, who delayed it, by how much");
+  std::string explain_pod;
+  double explain_seconds = 60;
+  bool explain_json = false;
+  explain->add_option("POD", explain_pod, "the pod (namespace/name, or its name when unique)")->required();
+  explain->add_option("--seconds", explain_seconds, "how far back to look, 1-60 (default 60)")
+      ->check(CLI::Range(1.0, 60.0));
+  explain->add_flag("--json", explain_json, "print the arbiter's explain JSON (docs/quantactl-status.md)");
 
   CLI11_PARSE(app, argc, argv);
   try {
     json response;
+    if (top->parsed()) {
+      auto fetch = [&] {
+        json r = request(socket_path, {{"cmd", "top"}});
+        if (!r.value("ok", false)) throw std::runtime_error(r.value("error", std::string("top failed")));
+        return r;
+      };
+      return quanta::arbiter::ctl::run_top(fetch, interval_ms, once);
+    }
+    if (explain->parsed()) {
+      response = request(socket_path, {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", explain_seconds}});
+      if (!response.value("ok", false)) {
+        std::fprintf(stderr, "quantactl: %s\n",
+                     printable(response.value("error", std::string("request failed"))).c_str());
+        return 1;
+      }
+      if (explain_json) {
+        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+      } else {
+        std::fputs(quanta::arbiter::ctl::render_explain(response).c_str(), stdout);
+      }
+      return 0;
+    }
     if (status->parsed()) {
       response = request(socket_path, {{"cmd", "status"}});
     } else if (drain->parsed() || undrain->parsed()) {
@@ -259,21 +318,22 @@ int main(int argc, char** argv) {
     }
     if (!response.value("ok", false)) {
       std::fprintf(stderr, "quantactl: %s\n",
-                   response.value("error", std::string("request failed")).c_str());
+                   printable(response.value("error", std::string("request failed"))).c_str());
       return 1;
     }
     if (status->parsed()) {
       if (as_json) {
-        std::printf("%s\n", response.dump(2).c_str());
+        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       } else {
         print_table(response);
       }
     } else {
-      std::printf("pod %s updated%s%s\n", pod.c_str(), response.contains("note") ? ": " : "",
-                  response.value("note", "").c_str());
+      std::printf("pod %s updated%s%s\n", printable(pod).c_str(),
+                  response.contains("note") ? ": " : "",
+                  printable(response.value("note", "")).c_str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "quantactl: %s\n", e.what());
+    std::fprintf(stderr, "quantactl: %s\n", printable(e.what()).c_str());
     return 1;
   }
   return 0;

@@ -1,138 +1,202 @@
-// Creating, validating and re-opening the arbiter's shared-memory regions.
+// Creating, sealing, validating and re-adopting the arbiter's memfd regions.
 #include "arbiter/regions.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <algorithm>
-#include <boost/interprocess/exceptions.hpp>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-
-#include "arbiter/fault_guard.h"
 
 namespace quanta::arbiter {
-namespace bip = boost::interprocess;
+namespace {
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+template <typename T>
+constexpr uint32_t magic_of() {
+  if constexpr (std::is_same_v<T, common::ControlRegion>) {
+    return common::kControlMagic;
+  } else {
+    return common::kPodMagic;
+  }
+}
+
+std::string check_common(const void* bytes, size_t size, size_t expected, uint32_t magic,
+                         const char* kind) {
+  if (bytes == nullptr || size < expected) {
+    return std::string(kind) + " region has " + std::to_string(size) + " bytes, the layout needs " +
+           std::to_string(expected);
+  }
+  uint32_t head[3];
+  std::memcpy(head, bytes, sizeof(head));
+  if (head[0] != magic) return std::string(kind) + " region has a foreign magic";
+  if (head[1] != common::kLayoutVersion) {
+    return std::string(kind) + " region has layout version " + std::to_string(head[1]) +
+           ", this arbiter speaks " + std::to_string(common::kLayoutVersion);
+  }
+  if (head[2] != expected) {
+    return std::string(kind) + " region says it has " + std::to_string(head[2]) +
+           " bytes, the layout has " + std::to_string(expected);
+  }
+  return "";
+}
+
+}  // namespace
 
 std::string control_region_name(const std::string& scope, uint32_t gpu_index) {
-  return "/" + scope + ".gpu." + std::to_string(gpu_index);
+  return scope + ".gpu." + std::to_string(gpu_index);
 }
 
 std::string pod_region_name(const std::string& scope, uint32_t pod_index) {
-  return "/" + scope + ".pod." + std::to_string(pod_index);
+  return scope + ".pod." + std::to_string(pod_index);
 }
 
-std::vector<uint32_t> existing_pod_regions(const std::string& scope) {
-  std::vector<uint32_t> out;
-  std::error_code ec;
-  const std::string prefix = scope + ".pod.";
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", ec)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    std::string digits = name.substr(prefix.size());
-    if (digits.empty() || digits.size() > 6 ||
-        digits.find_first_not_of("0123456789") != std::string::npos)
-      continue;
-    out.push_back(static_cast<uint32_t>(std::stoul(digits)));
-  }
-  std::sort(out.begin(), out.end());
-  return out;
+std::string check_control_header(const void* bytes, size_t size) {
+  return check_common(bytes, size, sizeof(common::ControlRegion), common::kControlMagic, "control");
 }
 
-template <typename T>
-Region<T>::Region(const std::string& name, uint32_t magic) : name_(name) {
-  try {
-    try {
-      shm_ = bip::shared_memory_object(bip::open_only, name.c_str(), bip::read_write);
-      reopened_ = true;
-    } catch (const bip::interprocess_exception& e) {
-      if (e.get_error_code() != bip::not_found_error) throw;
-      bip::permissions perms;
-      perms.set_permissions(0600);
-      shm_ = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write, perms);
-      shm_.truncate(sizeof(T));
-    }
-    bip::offset_t size = 0;
-    shm_.get_size(size);
-    if (reopened_ && static_cast<size_t>(size) <
-                         sizeof(typename std::remove_reference_t<decltype(get()->header)>)) {
-      throw RegionError("shared-memory region " + name + " exists with " + std::to_string(size) +
-                        " bytes, too small for a Quanta header: remove it (rm /dev/shm" + name +
-                        ")");
-    }
-    mapping_ = bip::mapped_region(shm_, bip::read_write, 0, static_cast<size_t>(size));
-  } catch (const bip::interprocess_exception& e) {
-    throw RegionError("shared-memory region " + name + ": " + e.what());
-  }
-  // Tenants map pod regions read-write and so could truncate them: guard the mapping.
-  if constexpr (std::is_same_v<T, common::PodRegion>) {
-    install_fault_guard();
-    guard_mapping(get(), mapping_.get_size());
-  }
-  auto& header = get()->header;
-  if (reopened_) {
-    if (header.magic != magic) {
-      throw RegionError("shared-memory region " + name +
-                        " is not a Quanta region of this kind (magic " +
-                        std::to_string(header.magic) + "): remove it or use another [node] scope");
-    }
-    if (header.version != common::kLayoutVersion) {
-      throw RegionError(
-          "shared-memory region " + name + " has layout version " + std::to_string(header.version) +
-          " but this arbiter speaks version " + std::to_string(common::kLayoutVersion) +
-          ": stop the tenants that map it and remove it, or run the matching arbiter");
-    }
-    if (header.size != sizeof(T) || mapping_.get_size() < sizeof(T)) {
-      throw RegionError("shared-memory region " + name + " has size " +
-                        std::to_string(header.size) + " but layout version " +
-                        std::to_string(common::kLayoutVersion) + " needs " +
-                        std::to_string(sizeof(T)) + ": remove it");
-    }
-    return;
-  }
-  std::memset(static_cast<void*>(get()), 0, sizeof(T));
-  header.magic = magic;
-  header.version = common::kLayoutVersion;
-  header.size = static_cast<uint32_t>(sizeof(T));
+std::string check_pod_header(const void* bytes, size_t size, uint64_t recovery_tag) {
+  std::string err = check_common(bytes, size, sizeof(common::PodRegion), common::kPodMagic, "pod");
+  if (!err.empty()) return err;
+  common::PodHeader header;
+  std::memcpy(static_cast<void*>(&header), bytes, sizeof(header));
+  if (header.recovery_tag != recovery_tag)
+    return "pod region's recovery tag is not the one recorded for it";
+  return "";
 }
 
-template <typename T>
-Region<T>::~Region() {
-  if (void* base = mapping_.get_address()) unguard_mapping(base);
+uint64_t inode_of(int fd) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+}
+
+int seals_of(int fd) {
+  return fcntl(fd, F_GET_SEALS);
 }
 
 template <typename T>
 Region<T>& Region<T>::operator=(Region&& other) noexcept {
   if (this != &other) {
-    if (void* base = mapping_.get_address()) unguard_mapping(base);
+    if (map_ != nullptr) munmap(map_, sizeof(T));
     name_ = std::move(other.name_);
-    shm_ = std::move(other.shm_);
-    mapping_ = std::move(other.mapping_);
-    reopened_ = other.reopened_;
+    fd_ = std::move(other.fd_);
+    tenant_fd_ = std::move(other.tenant_fd_);
+    map_ = other.map_;
+    inode_ = other.inode_;
+    other.map_ = nullptr;
+    other.inode_ = 0;
   }
   return *this;
 }
 
 template <typename T>
-bool Region<T>::faulted() const {
-  const void* base = mapping_.get_address();
-  return base != nullptr && mapping_faulted(base);
+Region<T>::~Region() {
+  if (map_ != nullptr) munmap(map_, sizeof(T));
 }
 
 template <typename T>
-int Region<T>::open_fd(bool writable) const {
-  int fd = shm_open(name_.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
-  if (fd < 0) throw RegionError("shm_open(" + name_ + "): " + std::strerror(errno));
-  return fd;
+Region<T> Region<T>::create(const std::string& name) {
+  constexpr bool kControl = std::is_same_v<T, common::ControlRegion>;
+  Region r;
+  r.name_ = name;
+  r.fd_.reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!r.fd_) throw RegionError("memfd_create(" + name + "): " + errno_text());
+  if (ftruncate(r.fd_.get(), static_cast<off_t>(sizeof(T))) != 0)
+    throw RegionError("sizing region " + name + ": " + errno_text());
+  void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, r.fd_.get(), 0);
+  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + errno_text());
+  r.map_ = p;
+  auto& header = r.get()->header;
+  header.magic = magic_of<T>();
+  header.version = common::kLayoutVersion;
+  header.size = static_cast<uint32_t>(sizeof(T));
+  // The arbiter's mapping exists now; sealing FUTURE_WRITE keeps it writable and makes
+  // every later writable mapping, write(2) and hole punch fail, whoever asks.
+  if (fcntl(r.fd_.get(), F_ADD_SEALS, kControl ? kControlSeals : kRegionSeals) != 0)
+    throw RegionError("sealing region " + name + ": " + errno_text());
+  if constexpr (kControl) {
+    const std::string self = "/proc/self/fd/" + std::to_string(r.fd_.get());
+    r.tenant_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!r.tenant_fd_)
+      throw RegionError("reopening region " + name + " read-only: " + errno_text());
+  }
+  r.inode_ = inode_of(r.fd_.get());
+  return r;
 }
 
 template <typename T>
-void Region<T>::unlink() {
-  bip::shared_memory_object::remove(name_.c_str());
+Region<T> Region<T>::adopt(UniqueFd fd, const std::string& name, uint64_t recovery_tag) {
+  // Control regions are never written again once their arbiter is gone (their seals forbid
+  // it): a restarted arbiter makes new ones, so only pod regions come back here.
+  if constexpr (!std::is_same_v<T, common::PodRegion>) {
+    (void)recovery_tag;
+    throw RegionError("control region " + name + " cannot be re-adopted for writing");
+  }
+  const int seals = seals_of(fd.get());
+  if (seals != kRegionSeals) {
+    throw RegionError("region " + name + " does not carry exactly the seals this arbiter sets (" +
+                      std::to_string(seals) + ")");
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) != sizeof(T)) {
+    throw RegionError("region " + name + " has " + std::to_string(st.st_size) +
+                      " bytes, the layout has " + std::to_string(sizeof(T)));
+  }
+  void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + errno_text());
+  Region r;
+  r.name_ = name;
+  r.fd_ = std::move(fd);
+  r.map_ = p;
+  r.inode_ = static_cast<uint64_t>(st.st_ino);
+  std::string err = check_pod_header(p, sizeof(T), recovery_tag);
+  if (!err.empty()) throw RegionError(err);
+  return r;
 }
 
 template class Region<common::ControlRegion>;
 template class Region<common::PodRegion>;
+
+ControlSnapshot::ControlSnapshot(const UniqueFd& fd, std::string* why) {
+  // Only a region nobody can shrink is read: a truncated file would fault the reader.
+  if (seals_of(fd.get()) != kControlSeals) {
+    *why = "the old control region does not carry the seals this arbiter sets";
+    return;
+  }
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0 ||
+      static_cast<size_t>(st.st_size) < sizeof(common::ControlRegion)) {
+    *why = "the old control region is smaller than the layout";
+    return;
+  }
+  void* p = mmap(nullptr, sizeof(common::ControlRegion), PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) {
+    *why = "cannot map the old control region: " + errno_text();
+    return;
+  }
+  *why = check_control_header(p, sizeof(common::ControlRegion));
+  if (!why->empty()) {
+    munmap(p, sizeof(common::ControlRegion));
+    return;
+  }
+  map_ = static_cast<const common::ControlRegion*>(p);
+}
+
+ControlSnapshot& ControlSnapshot::operator=(ControlSnapshot&& other) noexcept {
+  if (this != &other) {
+    if (map_ != nullptr) munmap(const_cast<common::ControlRegion*>(map_), sizeof(*map_));
+    map_ = other.map_;
+    other.map_ = nullptr;
+  }
+  return *this;
+}
+
+ControlSnapshot::~ControlSnapshot() {
+  if (map_ != nullptr) munmap(const_cast<common::ControlRegion*>(map_), sizeof(*map_));
+}
 
 }  // namespace quanta::arbiter

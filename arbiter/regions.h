@@ -1,15 +1,19 @@
 // The shared-memory regions the arbiter owns (common/shm_layout.h): one control region per
-// GPU and one pod region per pod, created with Boost.Interprocess under
-// "/<scope>.gpu.<i>" and "/<scope>.pod.<i>", re-opened and validated after a restart.
+// GPU and one pod region per pod. Each is a sealed memfd, never a file anyone can open by
+// name: nobody can resize one (F_SEAL_SHRINK|F_SEAL_GROW), the seals are final
+// (F_SEAL_SEAL), and a control region can be written only through the mapping the arbiter
+// made before sealing it (F_SEAL_FUTURE_WRITE), so a tenant that is root in its container
+// can reopen its descriptor read-write and still not write a byte or cause a SIGBUS.
 #pragma once
 
-#include <boost/interprocess/mapped_region.hpp>
-#include <boost/interprocess/shared_memory_object.hpp>
+#include <sys/types.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
-#include <vector>
 
+#include "arbiter/event_loop.h"
 #include "common/shm_layout.h"
 
 namespace quanta::arbiter {
@@ -19,42 +23,75 @@ class RegionError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// memfd names, shown in a tenant's /proc/<pid>/maps as "/memfd:<name> (deleted)".
 std::string control_region_name(const std::string& scope, uint32_t gpu_index);
 std::string pod_region_name(const std::string& scope, uint32_t pod_index);
-// Indexes of the pod regions that exist for this scope (after a restart).
-std::vector<uint32_t> existing_pod_regions(const std::string& scope);
 
-// One mapped region of type T. open_or_create re-opens an existing region after checking
-// its magic, version and size (a mismatched version is refused: tenants still map it),
-// or creates a zeroed one with mode 0600.
+// The seals every region carries, and the one control regions add.
+constexpr int kRegionSeals = 0x0001 /* SEAL */ | 0x0002 /* SHRINK */ | 0x0004 /* GROW */;
+constexpr int kControlSeals = kRegionSeals | 0x0010 /* FUTURE_WRITE */;
+
+// Checks what a previous arbiter's region says about itself before anything trusts it:
+// size, magic, layout version and header size; for a pod region also the recovery tag
+// the state file recorded. "" or one line saying what is wrong. Pure (fuzzed).
+std::string check_control_header(const void* bytes, size_t size);
+std::string check_pod_header(const void* bytes, size_t size, uint64_t recovery_tag);
+
+// One mapped region of type T.
 template <typename T>
 class Region {
  public:
   Region() = default;
-  Region(const std::string& name, uint32_t magic);
-  Region(Region&&) noexcept = default;
+  Region(Region&& other) noexcept { *this = std::move(other); }
   Region& operator=(Region&& other) noexcept;
   ~Region();
 
-  T* get() const { return static_cast<T*>(mapping_.get_address()); }
+  // A new zeroed region with its header filled in, sealed. Throws RegionError.
+  static Region create(const std::string& name);
+  // A previous arbiter's pod region reopened through a tenant's mapping: it must carry
+  // exactly the seals this arbiter sets, have the layout's size and a valid header with
+  // `recovery_tag`. Throws RegionError naming what was wrong.
+  static Region adopt(UniqueFd fd, const std::string& name, uint64_t recovery_tag);
+
+  T* get() const { return static_cast<T*>(map_); }
   T* operator->() const { return get(); }
+  explicit operator bool() const { return map_ != nullptr; }
   const std::string& name() const { return name_; }
-  bool reopened() const { return reopened_; }
-  // A new descriptor for a tenant: read-only or read-write.
-  int open_fd(bool writable) const;
-  // Removes the name (tenants keep their mappings).
-  void unlink();
-  // True when the file was truncated under us (pod regions are guarded, see fault_guard.h).
-  bool faulted() const;
+  uint64_t inode() const { return inode_; }
+  // The descriptor tenants receive: read-write for a pod region (they map it writable),
+  // read-only for a control region (whose seals refuse writes through any descriptor).
+  int tenant_fd() const { return tenant_fd_ ? tenant_fd_.get() : fd_.get(); }
 
  private:
   std::string name_;
-  boost::interprocess::shared_memory_object shm_;
-  boost::interprocess::mapped_region mapping_;
-  bool reopened_ = false;
+  UniqueFd fd_;         // the arbiter's own descriptor
+  UniqueFd tenant_fd_;  // control regions: a read-only description of the same memfd
+  void* map_ = nullptr;
+  uint64_t inode_ = 0;
 };
 
 using ControlRegionMap = Region<common::ControlRegion>;
 using PodRegionMap = Region<common::PodRegion>;
+
+// A previous arbiter's control region, mapped read-only to carry its slots over.
+class ControlSnapshot {
+ public:
+  ControlSnapshot() = default;
+  // Maps `fd` read-only after checking its size and header; empty on any mismatch (`why`).
+  ControlSnapshot(const UniqueFd& fd, std::string* why);
+  ControlSnapshot(ControlSnapshot&& other) noexcept { *this = std::move(other); }
+  ControlSnapshot& operator=(ControlSnapshot&& other) noexcept;
+  ~ControlSnapshot();
+  const common::ControlRegion* get() const { return map_; }
+  explicit operator bool() const { return map_ != nullptr; }
+
+ private:
+  const common::ControlRegion* map_ = nullptr;
+};
+
+// The inode of an open file (0 when fstat fails).
+uint64_t inode_of(int fd);
+// The seals of a memfd (-1 when it has none or is no memfd).
+int seals_of(int fd);
 
 }  // namespace quanta::arbiter

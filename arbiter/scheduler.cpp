@@ -1,7 +1,11 @@
-// The per-GPU scheduling policy. Pods share the GPU by weighted virtual time (charged from
-// grant to release, overruns included); a pod's processes share the pod's time among
-// themselves, so a pod's share does not grow with its process count. Priority classes
-// are strict (interactive > batch > best-effort) with a minimum hold before preemption.
+// The per-GPU scheduling policy. A pod that wants the GPU and is owed its guaranteed
+// minimum comes first; then the priority classes, strictly (interactive > batch >
+// best-effort: a lower class is never granted, nor kept past its quantum, while a higher
+// one waits); within a class, weighted virtual time between pods and plain virtual time
+// between a pod's processes, so a pod's share does not grow with its process count.
+// Everything a tenant uses is charged to it: holds from grant to release, a drain beside
+// a new holder and the queued work of a holder passed over after a revoke timeout (the
+// GPU splits its time between the tenants on it, and so does the charge).
 #include "arbiter/scheduler.h"
 
 #include <algorithm>
@@ -10,16 +14,20 @@
 namespace quanta::arbiter {
 namespace {
 
-constexpr size_t kWaitSamples = 256;
-
 uint64_t sat_sub(uint64_t a, uint64_t b) {
   return a > b ? a - b : 0;
 }
 
-uint64_t overlap(uint64_t start, uint64_t end, uint64_t from, uint64_t to) {
-  uint64_t s = std::max(start, from);
-  uint64_t e = std::min(end, to);
-  return e > s ? e - s : 0;
+// No decision needs a finer clock than this; looking again sooner only burns the CPU
+// (and a credit that shrinks by halves would have it look again every nanosecond).
+constexpr uint64_t kRecheckGrainNs = 10'000;
+
+uint32_t lane_of(common::Priority p) {
+  return static_cast<uint32_t>(p);
+}
+
+bool is_active(TenantState s) {
+  return s == TenantState::kWaiting || s == TenantState::kHolding || s == TenantState::kRevoking;
 }
 
 }  // namespace
@@ -40,276 +48,33 @@ const char* state_name(TenantState s) {
   return "unknown";
 }
 
-Scheduler::Scheduler(SchedulerOptions options) : options_(options) {
+Scheduler::Scheduler(SchedulerOptions options)
+    : options_(options), pod_clock_(3, options.lag_ns != 0 ? options.lag_ns : options.quantum_ns) {
   if (options_.lag_ns == 0) options_.lag_ns = options_.quantum_ns;
 }
 
-void Scheduler::set_pod_policy(PodId pod, const common::Policy& policy) {
-  interactive_cache_valid_ = false;
-  auto [it, inserted] = pods_.try_emplace(pod);
-  it->second.policy = policy;
-  if (it->second.policy.weight < common::kMinWeight) it->second.policy.weight = common::kMinWeight;
-  if (inserted) it->second.vtime = pod_floor_;
-}
-
-void Scheduler::add_tenant(SlotId slot, PodId pod, uint64_t now) {
-  if (tenants_.count(slot) != 0) remove_tenant(slot, now);
-  interactive_cache_valid_ = false;
-  auto [pit, inserted] = pods_.try_emplace(pod);
-  Pod& home = pit->second;
-  if (inserted) home.vtime = pod_floor_;
-  Tenant t;
-  t.slot = slot;
-  t.pod = pod;
-  t.home = &home;
-  t.last_active_ns = now;
-  // Start level with the pod's other processes so a newcomer neither starves nor floods them.
-  bool first = true;
-  for (const Tenant* o : home.members) {
-    t.vtime = first ? o->vtime : std::min(t.vtime, o->vtime);
-    first = false;
-  }
-  t.holds.push_back({now, now});  // marks when the tenant arrived (for the achieved share)
-  Tenant& added = tenants_[slot] = std::move(t);
-  home.members.push_back(&added);
-}
-
-bool Scheduler::adopt_holder(SlotId slot, uint64_t now) {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end() || holder_) return false;
-  Tenant& t = it->second;
-  set_state(t, TenantState::kHolding);
-  t.grant_ns = now;
-  t.quantum_end_ns = now + quantum_for(slot);
-  Pod& pod = pod_of(t);
-  pod.open_since = now;
-  holder_ = slot;
-  refresh_pod_activity(t.pod, now);
-  return true;
-}
-
-void Scheduler::remove_tenant(SlotId slot, uint64_t now) {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return;
-  PodId pod = it->second.pod;
-  if (holder_ == slot) {
-    end_hold(slot, it->second, now);
-    holder_.reset();
-  }
-  if (draining_ == slot) {
-    end_hold(slot, it->second, now);
-    draining_.reset();
-  }
-  Tenant& t = it->second;
-  set_state(t, TenantState::kIdle);
-  std::vector<Tenant*>& members = t.home->members;
-  members.erase(std::find(members.begin(), members.end(), &t));
-  tenants_.erase(it);
-  interactive_cache_valid_ = false;
-  refresh_pod_activity(pod, now);
-}
-
-bool Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return false;
-  Tenant& t = it->second;
-  t.want = want;
-  if (want && t.state == TenantState::kIdle) {
-    // Lift a waking process to the pod's floor (the least-served active peer, never
-    // lowered) minus the lag, so idle time is not banked beyond the lag. Lifting against
-    // the floor rather than against peers that just woke keeps simultaneous wakers from
-    // stacking one lag of credit each.
-    Pod& pod = pod_of(t);
-    bool found = false;
-    uint64_t min_peer = 0;
-    for (const Tenant* o : pod.members) {
-      if (o == &t || !is_active(*o)) continue;
-      uint64_t v = o->vtime;
-      if (holds_open(o->slot, *o)) v += sat_sub(now, o->grant_ns);
-      min_peer = found ? std::min(min_peer, v) : v;
-      found = true;
-    }
-    if (found) pod.tenant_floor = std::max(pod.tenant_floor, min_peer);
-    t.vtime = std::max(t.vtime, sat_sub(pod.tenant_floor, options_.lag_ns));
-    set_state(t, TenantState::kWaiting);
-    t.wait_since_ns = now;
-    t.last_active_ns = now;
-    refresh_pod_activity(t.pod, now);
-    return true;
-  }
-  if (!want && t.state == TenantState::kWaiting) {
-    set_state(t, TenantState::kIdle);
-    refresh_pod_activity(t.pod, now);
-  }
-  return false;
-}
-
-void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,
-                             uint64_t now) {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return;
-  // A launch "in the future" is garbage or clock skew: read it as "just now" (busy).
-  Tenant& t = it->second;
-  t.last_launch_ns = std::min(last_launch_ns, now);
-  t.inflight_ns = inflight_ns;
-  if (t.state == TenantState::kHolding && inflight_ns != 0) {
-    uint64_t sample = std::min(inflight_ns, options_.quantum_max_ns);
-    t.kernel_ns = t.kernel_ns == 0 ? sample : (t.kernel_ns * 7 + sample) / 8;
-  }
-}
-
-void Scheduler::released(SlotId slot, uint64_t now) {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return;
-  Tenant& t = it->second;
-  switch (t.state) {
-    case TenantState::kHolding:  // voluntary give-back of an odd turn: close the turn too
-      end_hold(slot, t, now);
-      holder_.reset();
-      pending_.push_back({Action::Kind::kRevoke, slot});
-      after_release(t, now);
-      break;
-    case TenantState::kRevoking:
-      end_hold(slot, t, now);
-      if (holder_ == slot) holder_.reset();
-      if (draining_ == slot) draining_.reset();
-      after_release(t, now);
-      break;
-    case TenantState::kPassedOver:
-      after_release(t, now);
-      break;
-    default:
-      break;
-  }
-}
+// ---------------------------------------------------------------------------------------
+// The decision.
+// ---------------------------------------------------------------------------------------
 
 std::vector<Action> Scheduler::decide(uint64_t now) {
   trim(now);
   std::vector<Action> out = std::move(pending_);
   pending_.clear();
-  next_deadline_ = 0;
-  auto arm = [&](uint64_t t) {
-    if (t <= now) t = now + 1;
-    if (next_deadline_ == 0 || t < next_deadline_) next_deadline_ = t;
-  };
-
-  // Keep the floor that waking pods are lifted towards.
-  bool any_active = false;
-  uint64_t min_active = 0;
-  for (const auto& [id, pod] : pods_) {
-    if (!pod.active) continue;
-    uint64_t v = pod_vtime_now(id, pod, now);
-    min_active = any_active ? std::min(min_active, v) : v;
-    any_active = true;
-  }
-  if (any_active) pod_floor_ = std::max(pod_floor_, min_active);
-  renormalise();
-
-  // A holder that an interactive tenant overtook drains beside it; if it never finishes,
-  // it is passed over like any holder that ignores a revoke.
-  if (draining_) {
-    SlotId ds = *draining_;
-    Tenant& d = tenants_.at(ds);
-    if (now >= d.revoke_ns + options_.revoke_timeout_ns) {
-      end_hold(ds, d, now);
-      set_state(d, TenantState::kPassedOver);
-      ++d.pass_overs;
-      draining_.reset();
-      refresh_pod_activity(d.pod, now);
-      out.push_back({Action::Kind::kPassOver, ds});
-    } else {
-      arm(d.revoke_ns + options_.revoke_timeout_ns);
-    }
-  }
-
+  account(now);
+  expire_presumed(now);
+  settle_overtaken(now, out);
   for (int round = 0; round < 3; ++round) {
     bool changed = false;
     if (holder_) {
-      SlotId hs = *holder_;
-      Tenant& h = tenants_.at(hs);
-      Pod& hp = pod_of(h);
-      std::optional<common::Priority> best_waiting;
-      for (const auto& [s, t] : tenants_) {
-        if (s == hs || !eligible(t, now)) continue;
-        common::Priority p = pod_of(t).policy.priority;
-        if (!best_waiting || p < *best_waiting) best_waiting = p;
-      }
-      // Whatever ends a lower-class hold, an interactive waiter need not wait for the
-      // holder's queued kernels: it starts at once and the GPU's own time slicing shares
-      // the drain. Between batch tenants the hand-over stays strict.
-      const bool overlap = options_.drain_overlap && !draining_ && best_waiting &&
-                           *best_waiting == common::Priority::kInteractive &&
-                           hp.policy.priority != common::Priority::kInteractive;
-      if (h.state == TenantState::kHolding) {
-        bool revoke = drain_requested_;
-        if (hp.policy.max_share_ppm < common::kShareScale) {
-          uint64_t used = used_in_window(hp, now);
-          uint64_t budget = budget_ns(hp);
-          if (used >= budget) {
-            revoke = true;
-          } else {
-            arm(now + (budget - used));
-          }
-        }
-        if (!revoke && best_waiting) {
-          if (now >= h.quantum_end_ns) {
-            revoke = true;
-          } else {
-            arm(h.quantum_end_ns);
-          }
-          uint64_t last = std::max(h.grant_ns, h.last_launch_ns);
-          if (!revoke) {
-            if (h.inflight_ns == 0 && now >= last + options_.idle_release_ns) {
-              revoke = true;
-            } else {
-              // The hints move without events. A busy holder's estimate lapses no sooner
-              // than its own length after the last launch, so look again then rather than
-              // every idle period: with many waiters a fixed short timer wakes the arbiter
-              // hundreds of times a second for a holder that is plainly busy.
-              uint64_t idle_at = last + std::max(h.inflight_ns, options_.idle_release_ns);
-              arm(idle_at > now ? idle_at : now + options_.idle_release_ns);
-            }
-          }
-          if (!revoke && *best_waiting < hp.policy.priority) {
-            uint64_t hold_end = h.grant_ns + options_.quantum_min_ns;
-            if (now >= hold_end) {
-              revoke = true;
-            } else {
-              arm(hold_end);
-            }
-          }
-        }
-        if (revoke) {
-          set_state(h, TenantState::kRevoking);
-          h.revoke_ns = now;
-          out.push_back({Action::Kind::kRevoke, hs});
-          arm(now + options_.revoke_timeout_ns);
-          changed = true;
-          if (overlap) {
-            draining_ = hs;
-            holder_.reset();
-          }
-        }
-      } else if (h.state == TenantState::kRevoking) {
-        if (overlap) {  // revoked for a batch waiter, and now an interactive one came
-          draining_ = hs;
-          holder_.reset();
-          changed = true;
-        } else if (now >= h.revoke_ns + options_.revoke_timeout_ns) {
-          end_hold(hs, h, now);
-          set_state(h, TenantState::kPassedOver);
-          ++h.pass_overs;
-          holder_.reset();
-          refresh_pod_activity(h.pod, now);
-          out.push_back({Action::Kind::kPassOver, hs});
-          changed = true;
-        } else {
-          arm(h.revoke_ns + options_.revoke_timeout_ns);
-        }
+      const Verdict verdict = judge_holder(now);
+      if (verdict.reason != Revoke::kNone) {
+        revoke_holder(verdict, now, out);
+        changed = true;
       }
     }
-    if (!holder_) {
-      if (auto next = pick(now)) {
+    if (!holder_ && !closed_) {
+      if (auto next = pick(now, std::nullopt)) {
         grant(*next, now);
         out.push_back({Action::Kind::kGrant, *next});
         changed = true;
@@ -317,265 +82,124 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
     }
     if (!changed) break;
   }
-
-  // Pods held back by their ceiling need a decision when they become eligible again.
-  for (const auto& [s, t] : tenants_) {
-    if (t.state != TenantState::kWaiting) continue;
-    const Pod& p = pod_of(t);
-    if (throttled(p, now)) arm(eligible_at(p, now));
-  }
-  for (auto& [s, t] : tenants_) {
-    if (is_active(t)) t.last_active_ns = now;
-  }
-  interactive_cache_valid_ = false;
+  next_deadline_ = next_wakeup(now, holder_ ? judge_holder(now) : Verdict{});
   return out;
 }
 
-TenantState Scheduler::state(SlotId slot) const {
-  auto it = tenants_.find(slot);
-  return it == tenants_.end() ? TenantState::kIdle : it->second.state;
-}
-
-uint64_t Scheduler::quantum_for(SlotId slot) const {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) {
-    return std::clamp(options_.quantum_ns, options_.quantum_min_ns, options_.quantum_max_ns);
-  }
-  return quantum_of(it->second);
-}
-
-uint64_t Scheduler::quantum_of(const Tenant& t) const {
-  uint64_t q = options_.quantum_ns;
-  const Pod& p = pod_of(t);
-  if (p.policy.quantum_ns != 0) {
-    q = p.policy.quantum_ns;
-  } else {
-    uint64_t stretch = t.kernel_ns * kKernelsPerQuantum;
-    uint64_t round_cap = options_.share_window_ns / std::max<uint64_t>(active_count_, 1);
-    q = std::max(q, std::min(stretch, round_cap));
-  }
-  return std::clamp(q, options_.quantum_min_ns, options_.quantum_max_ns);
-}
-
-uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {
-  auto it = tenants_.find(slot);
-  if (it == tenants_.end()) return options_.quantum_ns;
-  if (pod_of(it->second).policy.priority != common::Priority::kInteractive &&
-      interactive_recent(now)) {
-    return options_.quantum_min_ns;
-  }
-  return quantum_for(slot);
-}
-
-bool Scheduler::interactive_recent(uint64_t now) const {
-  if (interactive_cache_valid_ && interactive_cache_now_ == now) return interactive_cache_;
-  bool recent = false;
-  for (const auto& [id, pod] : pods_) {
-    if (pod.policy.priority != common::Priority::kInteractive) continue;
-    for (const Tenant* t : pod.members) {
-      // "Active" reaches back one share window: interactive tenants idle between requests.
-      if (is_active(*t) || t->last_active_ns + options_.share_window_ns >= now) recent = true;
-    }
-  }
-  interactive_cache_now_ = now;
-  interactive_cache_valid_ = true;
-  interactive_cache_ = recent;
-  return recent;
-}
-
-uint32_t Scheduler::waiting_count() const {
-  uint32_t n = 0;
-  for (const auto& [s, t] : tenants_) n += t.state == TenantState::kWaiting ? 1 : 0;
-  return n;
-}
-
-std::vector<TenantReport> Scheduler::report(uint64_t now) const {
-  const uint64_t window = options_.stats_window_ns;
-  const uint64_t from = sat_sub(now, window);
-  auto recently_active = [&](const Tenant& t) {
-    return is_active(t) || t.last_active_ns + window >= now;
+// Whether the holder keeps the grant. A ceiling binds even on an idle GPU; otherwise the
+// holder keeps it until someone waits, and then loses it when it is idle, when the waiter
+// outranks it (after the minimum hold, or at once beside its drain for an interactive
+// waiter), or at its quantum's end for a waiter of its own rank. A waiter of a lower rank
+// only ever gets an idle GPU.
+Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
+  Verdict v;
+  auto recheck = [&](uint64_t t) {
+    t = std::max(t, now + kRecheckGrainNs);
+    if (v.recheck_ns == 0 || t < v.recheck_ns) v.recheck_ns = t;
   };
+  const Tenant& h = tenants_[*holder_];
+  const Pod& hp = pods_[h.pod];
+  const std::optional<SlotId> next = pick(now, *holder_);
 
-  // Target shares: weights of the pods that used or wanted the GPU recently, within the
-  // best priority class present, capped by max-share.
-  std::map<PodId, uint32_t> active_procs;
-  std::optional<common::Priority> best;
-  for (const auto& [s, t] : tenants_) {
-    if (!recently_active(t)) continue;
-    ++active_procs[t.pod];
-    common::Priority p = pod_of(t).policy.priority;
-    if (!best || p < *best) best = p;
-  }
-  uint64_t weight_sum = 0;
-  for (const auto& [id, n] : active_procs) {
-    const Pod& p = pods_.at(id);
-    if (p.policy.priority == *best) weight_sum += weight_of(p);
-  }
-
-  std::vector<TenantReport> out;
-  for (const auto& [s, t] : tenants_) {
-    const Pod& p = pod_of(t);
-    TenantReport r{};
-    r.slot = s;
-    r.pod = t.pod;
-    r.state = t.state;
-    r.quantum_ns = quantum_for(s);
-    r.grants = t.grants;
-    r.pass_overs = t.pass_overs;
-    if (recently_active(t) && weight_sum != 0 && p.policy.priority == *best) {
-      double pod_share = static_cast<double>(weight_of(p)) / static_cast<double>(weight_sum);
-      pod_share =
-          std::min(pod_share, p.policy.max_share_ppm / static_cast<double>(common::kShareScale));
-      r.target_share = pod_share / active_procs[t.pod];
+  if (h.state == TenantState::kRevoking) {
+    // Revoked for a batch waiter at its quantum's end; an interactive waiter need not
+    // wait for the drain (unless the GPU is being drained).
+    if (next && !closed_ && options_.drain_overlap && !overtaken_ &&
+        pods_[tenants_[*next].pod].policy.priority == common::Priority::kInteractive &&
+        hp.policy.priority != common::Priority::kInteractive) {
+      v.reason = Revoke::kOutranked;
+      v.overlap = true;
     }
-    uint64_t held = 0;
-    uint64_t since = t.holds.empty() ? now : t.holds.front().start;
-    for (const Interval& iv : t.holds) held += overlap(iv.start, iv.end, from, now);
-    if (holds_open(s, t)) held += overlap(t.grant_ns, now, from, now);
-    uint64_t span = std::min(window, sat_sub(now, since));
-    r.achieved_share = span == 0 ? 0.0 : static_cast<double>(held) / static_cast<double>(span);
-    std::vector<uint64_t> waits(t.waits_ns.begin(), t.waits_ns.end());
-    if (t.state == TenantState::kWaiting) waits.push_back(sat_sub(now, t.wait_since_ns));
-    if (!waits.empty()) {
-      std::sort(waits.begin(), waits.end());
-      size_t idx = (waits.size() * 99 + 99) / 100;
-      r.wait_p99_ns = waits[std::min(waits.size(), idx) - 1];
+    return v;
+  }
+  if (h.state != TenantState::kHolding) return v;
+
+  if (closed_) {
+    v.reason = Revoke::kClosing;
+    return v;
+  }
+  const uint64_t idle_at = last_work_ns(h) + std::max(h.inflight_ns, options_.idle_release_ns);
+  if (hp.policy.max_share_ppm < common::kShareScale) {
+    const uint64_t used = hp.usage.used(sat_sub(now, options_.share_window_ns), now);
+    const uint64_t budget = budget_ns(hp);
+    if (used >= budget || hp.pacing.balance() <= 0) {
+      v.reason = Revoke::kCeiling;
+      return v;
     }
-    out.push_back(r);
-  }
-  return out;
-}
-
-Scheduler::Pod& Scheduler::pod_of(const Tenant& t) {
-  return *t.home;
-}
-const Scheduler::Pod& Scheduler::pod_of(const Tenant& t) const {
-  return *t.home;
-}
-
-bool Scheduler::is_active(const Tenant& t) {
-  return t.state == TenantState::kWaiting || t.state == TenantState::kHolding ||
-         t.state == TenantState::kRevoking;
-}
-
-void Scheduler::set_state(Tenant& t, TenantState state) {
-  const bool was = is_active(t);
-  t.state = state;
-  const bool is = is_active(t);
-  if (was != is) {
-    if (is) {
-      ++t.home->active_tenants;
-      ++active_count_;
-    } else {
-      --t.home->active_tenants;
-      --active_count_;
+    recheck(now + std::min(budget - used, hp.pacing.credit()));
+    // A hold is charged whether or not the holder launches, so a capped pod that goes
+    // idle gives the grant back even with nobody waiting: its ceiling is for its work.
+    if (idle_holder(h, now)) {
+      v.reason = Revoke::kIdle;
+      return v;
     }
-    interactive_cache_valid_ = false;
+    recheck(idle_at > now ? idle_at : now + options_.idle_release_ns);
   }
-}
+  if (!next) return v;
+  if (idle_holder(h, now)) {
+    v.reason = Revoke::kIdle;
+    return v;
+  }
+  // The tenant's hints move without events: look again when they would call it idle.
+  recheck(idle_at > now ? idle_at : now + options_.idle_release_ns);
 
-void Scheduler::refresh_pod_activity(PodId id, uint64_t now) {
-  Pod& pod = pods_.at(id);
-  const bool active = pod.active_tenants != 0;
-  if (active && !pod.active) {
-    // A waking pod starts no further back than the lag behind the floor: the least-served
-    // active pod, never lowered (pods that woke just before it do not pull it down, or
-    // simultaneous wakers would stack one lag of credit each). It cannot monopolise.
-    bool found = false;
-    uint64_t base = 0;
-    for (const auto& [oid, other] : pods_) {
-      if (oid == id || !other.active) continue;
-      uint64_t v = pod_vtime_now(oid, other, now);
-      base = found ? std::min(base, v) : v;
-      found = true;
+  const Rank mine = rank_of(h, now);
+  const Rank theirs = rank_of(tenants_[*next], now);
+  if (theirs < mine) {
+    const bool interactive = !theirs.owed() && theirs.priority == common::Priority::kInteractive;
+    if (interactive && options_.drain_overlap && !overtaken_) {
+      v.reason = Revoke::kOutranked;
+      v.overlap = true;
+      return v;
     }
-    if (found) pod_floor_ = std::max(pod_floor_, base);
-    uint64_t lag = options_.lag_ns * kScale / weight_of(pod);
-    pod.vtime = std::max(pod.vtime, sat_sub(pod_floor_, lag));
+    const uint64_t hold_end = h.grant_ns + options_.quantum_min_ns;
+    if (now >= hold_end) {
+      v.reason = Revoke::kOutranked;
+      return v;
+    }
+    recheck(hold_end);
+  } else if (theirs == mine) {
+    if (now >= h.quantum_end_ns) {
+      v.reason = Revoke::kQuantumEnd;
+      return v;
+    }
+    recheck(h.quantum_end_ns);
   }
-  pod.active = active;
-}
-
-bool Scheduler::holds_open(SlotId slot, const Tenant& t) const {
-  return (holder_ == slot || draining_ == slot) &&
-         (t.state == TenantState::kHolding || t.state == TenantState::kRevoking);
-}
-
-uint64_t Scheduler::pod_vtime_now(PodId id, const Pod& pod, uint64_t now) const {
-  uint64_t v = pod.vtime;
-  for (std::optional<SlotId> s : {holder_, draining_}) {
-    if (!s) continue;
-    const Tenant& h = tenants_.at(*s);
-    if (h.pod == id && holds_open(*s, h)) v += sat_sub(now, h.grant_ns) * kScale / weight_of(pod);
-  }
+  // An owed holder's rank drops when its credit is spent (never sooner than this).
+  if (mine.owed()) recheck(now + std::max<uint64_t>(hp.credit.credit(), 1));
   return v;
 }
 
-uint64_t Scheduler::weight_of(const Pod& pod) const {
-  return std::max<uint64_t>(pod.policy.weight, 1);
-}
-
-uint64_t Scheduler::budget_ns(const Pod& pod) const {
-  return options_.share_window_ns * pod.policy.max_share_ppm / common::kShareScale;
-}
-
-uint64_t Scheduler::used_in_window(const Pod& pod, uint64_t now) const {
-  uint64_t from = sat_sub(now, options_.share_window_ns);
-  uint64_t used = 0;
-  for (const Interval& iv : pod.usage) used += overlap(iv.start, iv.end, from, now);
-  for (std::optional<SlotId> s : {holder_, draining_}) {
-    if (!s) continue;
-    const Tenant& h = tenants_.at(*s);
-    if (h.home == &pod && holds_open(*s, h)) {
-      used += overlap(pod.open_since, now, from, now);
-    }
+void Scheduler::revoke_holder(const Verdict& v, uint64_t now, std::vector<Action>& out) {
+  Tenant& h = tenants_[*holder_];
+  if (h.state == TenantState::kHolding) {
+    set_state(h, TenantState::kRevoking, now);
+    h.revoke_ns = now;
+    h.revoked_busy = v.reason != Revoke::kIdle;
+    out.push_back({Action::Kind::kRevoke, h.slot});
   }
-  return used;
-}
-
-// Throttled pods wait until at least a minimal grant fits under the ceiling, so a pod at
-// its ceiling is not granted slivers of a few microseconds.
-bool Scheduler::throttled(const Pod& pod, uint64_t now) const {
-  if (pod.policy.max_share_ppm >= common::kShareScale) return false;
-  uint64_t budget = budget_ns(pod);
-  uint64_t min_grant = std::min(options_.quantum_min_ns, budget / 2);
-  return used_in_window(pod, now) + min_grant > budget;
-}
-
-uint64_t Scheduler::eligible_at(const Pod& pod, uint64_t now) const {
-  uint64_t budget = budget_ns(pod);
-  uint64_t target = budget - std::min(options_.quantum_min_ns, budget / 2);
-  uint64_t used = used_in_window(pod, now);
-  if (used <= target) return now;
-  uint64_t excess = used - target;
-  const uint64_t window = options_.share_window_ns;
-  uint64_t from = sat_sub(now, window);
-  // Old holds leave the window one nanosecond per nanosecond, oldest first.
-  for (const Interval& iv : pod.usage) {
-    uint64_t s = std::max(iv.start, from);
-    if (iv.end <= s) continue;
-    uint64_t len = iv.end - s;
-    if (len >= excess) return s + window + excess;
-    excess -= len;
+  if (v.overlap) {
+    overtaken_ = holder_;
+    holder_.reset();
   }
-  return now + window;
 }
 
-bool Scheduler::eligible(const Tenant& t, uint64_t now) const {
-  return t.state == TenantState::kWaiting && !throttled(pod_of(t), now);
-}
-
-std::optional<SlotId> Scheduler::pick(uint64_t now) const {
-  if (drain_requested_) return std::nullopt;
+// The best waiter: owed pods first (the most owed first, whatever their class: each has a
+// guarantee), then by class, then the pod's virtual time; then the process's virtual time
+// within the pod, then who waited longest.
+std::optional<SlotId> Scheduler::pick(uint64_t now, std::optional<SlotId> excluding) const {
   std::optional<SlotId> best;
-  std::tuple<common::Priority, uint64_t, uint64_t, uint64_t, SlotId> best_key{};
-  for (const auto& [s, t] : tenants_) {
+  std::tuple<Rank, uint64_t, uint64_t, uint64_t, SlotId> best_key{};
+  for (SlotId s : present_) {
+    if (s == excluding) continue;
+    const Tenant& t = tenants_[s];
     if (!eligible(t, now)) continue;
-    const Pod& p = pod_of(t);
+    const Pod& p = pods_[t.pod];
     // While an overtaken holder drains, only interactive tenants may run beside it.
-    if (draining_ && p.policy.priority != common::Priority::kInteractive) continue;
-    auto key = std::make_tuple(p.policy.priority, pod_vtime_now(t.pod, p, now), t.vtime,
-                               t.wait_since_ns, s);
+    if (overtaken_ && p.policy.priority != common::Priority::kInteractive) continue;
+    const Rank rank = rank_of(t, now);
+    const uint64_t order = rank.owed() ? UINT64_MAX - p.credit.credit() : pod_clock_.vtime(t.pod);
+    auto key = std::make_tuple(rank, order, p.procs.vtime(s), t.wait_since_ns, s);
     if (!best || key < best_key) {
       best = s;
       best_key = key;
@@ -584,58 +208,619 @@ std::optional<SlotId> Scheduler::pick(uint64_t now) const {
   return best;
 }
 
-void Scheduler::end_hold(SlotId slot, Tenant& t, uint64_t now) {
-  (void)slot;
-  Pod& pod = pod_of(t);
-  uint64_t charged = sat_sub(now, t.grant_ns);
-  pod.vtime += charged * kScale / weight_of(pod);
-  t.vtime += charged;
-  pod.usage.push_back({pod.open_since, now});
-  t.holds.push_back({t.grant_ns, now});
-}
-
 void Scheduler::grant(SlotId slot, uint64_t now) {
-  Tenant& t = tenants_.at(slot);
-  set_state(t, TenantState::kHolding);
+  Tenant& t = tenants_[slot];
+  Pod& p = pods_[t.pod];
+  t.owed_grant = owed(p);
+  t.presumed_until_ns = 0;
+  set_state(t, TenantState::kHolding, now);
   t.grant_ns = now;
-  t.quantum_end_ns = now + quantum_for(slot);
+  t.quantum_end_ns = now + quantum_of(t);
   t.last_active_ns = now;
   ++t.grants;
-  t.waits_ns.push_back(sat_sub(now, t.wait_since_ns));
-  if (t.waits_ns.size() > kWaitSamples) t.waits_ns.pop_front();
-  pod_of(t).open_since = now;
+  record_wait(t, sat_sub(now, t.wait_since_ns));
   holder_ = slot;
 }
 
+// When decide() must look again without an event.
+uint64_t Scheduler::next_wakeup(uint64_t now, const Verdict& v) const {
+  uint64_t next = 0;
+  auto at = [&](uint64_t t) {
+    if (t == 0) return;
+    t = std::max(t, now + kRecheckGrainNs);
+    if (next == 0 || t < next) next = t;
+  };
+  at(v.recheck_ns);
+  if (holder_ && tenants_[*holder_].state == TenantState::kRevoking)
+    at(tenants_[*holder_].revoke_ns + options_.revoke_timeout_ns);
+  if (overtaken_) at(tenants_[*overtaken_].revoke_ns + options_.revoke_timeout_ns);
+  const uint64_t charge_for =
+      std::max(options_.share_window_ns * 10, options_.revoke_timeout_ns * 4);
+  for (SlotId s : unreleased_) {
+    const uint64_t end = tenants_[s].passed_over_ns + charge_for;
+    if (end > now) at(end);
+  }
+  // Pods held back by their ceiling, pods about to be owed their minimum, tenants whose
+  // presumed want lapses.
+  for (SlotId s : present_) {
+    const Tenant& t = tenants_[s];
+    if (t.presumed_until_ns != 0) at(t.presumed_until_ns);
+    if (t.state != TenantState::kWaiting) continue;
+    const Pod& p = pods_[t.pod];
+    if (throttled(p, now)) {
+      at(eligible_at(p, now));
+    } else if (p.credit.rate_ppm() != 0 && !owed(p)) {
+      at(now + p.credit.time_to(owed_threshold(p)));
+    }
+  }
+  return next;
+}
+
+// ---------------------------------------------------------------------------------------
+// The books: charges, credits, floors.
+// ---------------------------------------------------------------------------------------
+
+bool Scheduler::on_gpu(const Tenant& t) const {
+  if (holder_ == t.slot || overtaken_ == t.slot) {
+    return t.state == TenantState::kHolding || t.state == TenantState::kRevoking;
+  }
+  return false;
+}
+
+// Charges every tenant on the GPU for the time since the last pass. A stretch shared by n
+// tenants (a holder and the drain it overtook, or the queued work of one passed over)
+// costs each 1/n of it: the device time-slices between them.
+void Scheduler::account(uint64_t now) {
+  if (now <= accounted_ns_) return;
+  const uint64_t from = accounted_ns_;
+  accounted_ns_ = now;
+  for (Pod& p : pods_) {
+    if (!p.present) continue;
+    if (p.credit.rate_ppm() != 0) p.credit.settle(now, p.earning);
+    if (p.pacing.rate_ppm() != 0) p.pacing.settle(now, true);
+  }
+  if (from != 0) charge_on_gpu(from, now);
+  // The floors follow the pods (and processes) that compete by virtual time now. Pods held
+  // back by their own ceiling do not compete, bank no credit for it and earn no minimum.
+  for (PodId id = 0; id < pods_.size(); ++id) {
+    Pod& p = pods_[id];
+    if (!p.present) continue;
+    const bool active = p.active_tenants != 0;
+    const bool held_back = active && throttled(p, now);
+    pod_clock_.set_contending(id, active && !held_back);
+    // A minimum is never above the ceiling, so the ceiling never keeps the pod from being
+    // owed: it earns while it wants the GPU, held back or not.
+    p.earning = active;
+    if (!p.members.empty()) {
+      for (SlotId s : p.members) p.procs.set_contending(s, is_active(tenants_[s].state));
+      p.procs.settle_floors();
+    }
+  }
+  pod_clock_.settle_floors();
+  for (PodId id = 0; id < pods_.size(); ++id) {
+    if (pods_[id].present && pods_[id].active_tenants != 0 && !pod_clock_.contending(id))
+      pod_clock_.lift(id);
+  }
+  if (active_interactive() != 0) interactive_seen_ns_ = now;
+}
+
+void Scheduler::charge_on_gpu(uint64_t from, uint64_t now) {
+  const uint64_t charge_for =
+      std::max(options_.share_window_ns * 10, options_.revoke_timeout_ns * 4);
+  struct Piece {
+    SlotId slot;
+    uint64_t end;
+  };
+  Piece pieces[3 + common::kMaxSlotsPerGpu];
+  uint32_t count = 0;
+  if (holder_ && on_gpu(tenants_[*holder_])) pieces[count++] = {*holder_, now};
+  if (overtaken_ && on_gpu(tenants_[*overtaken_])) pieces[count++] = {*overtaken_, now};
+  for (SlotId s : unreleased_) {
+    const uint64_t end = std::min(now, tenants_[s].passed_over_ns + charge_for);
+    if (end > from) pieces[count++] = {s, end};
+  }
+  for (uint32_t i = 0; i < count; ++i) {
+    Tenant& t = tenants_[pieces[i].slot];
+    Pod& p = pods_[t.pod];
+    const uint64_t share = (pieces[i].end - from) / count;
+    t.holds.add(from, pieces[i].end, count);
+    p.usage.add(from, pieces[i].end, count);
+    if (p.pacing.rate_ppm() != 0) p.pacing.spend(share);
+    // Time on a guaranteed minimum (its drain included) is outside the weighted order: it
+    // spends the credit, not virtual time, so weights divide only what the minimums leave.
+    if (t.owed_grant) {
+      // Past the credit (the rest of the hold, the drain) it runs into a debt, earned back
+      // before the pod is owed again: what it gets on the claim is its minimum, no more.
+      p.credit.spend(share);
+    } else {
+      pod_clock_.charge(t.pod, share);
+    }
+    p.procs.charge(t.slot, share);
+  }
+}
+
+void Scheduler::settle_overtaken(uint64_t now, std::vector<Action>& out) {
+  auto pass_over = [&](Tenant& t) {
+    set_state(t, TenantState::kPassedOver, now);
+    t.passed_over_ns = now;
+    ++t.pass_overs;
+    unreleased_.push_back(t.slot);
+    out.push_back({Action::Kind::kPassOver, t.slot});
+  };
+  if (overtaken_) {
+    Tenant& d = tenants_[*overtaken_];
+    if (now >= d.revoke_ns + options_.revoke_timeout_ns) {
+      overtaken_.reset();
+      pass_over(d);
+    }
+  }
+  if (holder_) {
+    Tenant& h = tenants_[*holder_];
+    if (h.state == TenantState::kRevoking && now >= h.revoke_ns + options_.revoke_timeout_ns) {
+      holder_.reset();
+      pass_over(h);
+    }
+  }
+}
+
+Scheduler::Rank Scheduler::rank_of(const Tenant& t, uint64_t now) const {
+  (void)now;
+  const Pod& p = pods_[t.pod];
+  const bool holding = holder_ == t.slot && t.state == TenantState::kHolding;
+  const bool claim = holding ? t.owed_grant && p.credit.credit() > 0 : owed(p);
+  // Guarantees rank alike whatever the class: an owed pod is not kept from its minimum by
+  // another pod's minimum of a higher class.
+  return Rank{!claim, claim ? common::Priority::kInteractive : p.policy.priority};
+}
+
+uint64_t Scheduler::owed_threshold(const Pod& p) const {
+  const uint64_t quantum = p.policy.quantum_ns != 0 ? p.policy.quantum_ns : options_.quantum_ns;
+  return std::max<uint64_t>(1,
+                            p.credit.rate_ppm() != 0 ? std::min(quantum, p.credit.cap()) : quantum);
+}
+
+bool Scheduler::owed(const Pod& p) const {
+  return p.credit.rate_ppm() != 0 && p.credit.credit() >= owed_threshold(p);
+}
+
+uint64_t Scheduler::budget_ns(const Pod& pod) const {
+  return options_.share_window_ns / common::kShareScale * pod.policy.max_share_ppm +
+         options_.share_window_ns % common::kShareScale * pod.policy.max_share_ppm /
+             common::kShareScale;
+}
+
+// A pod at its ceiling waits until at least a minimal grant fits under it, so it is not
+// granted slivers of a few microseconds.
+// ...and, paced, until its bucket holds a quantum, so its holds are quanta, not slivers
+// that each cost a switch and a drain.
+bool Scheduler::throttled(const Pod& pod, uint64_t now) const {
+  if (pod.policy.max_share_ppm >= common::kShareScale) return false;
+  const uint64_t budget = budget_ns(pod);
+  const uint64_t min_grant = std::min(options_.quantum_min_ns, budget / 2);
+  return pod.usage.used(sat_sub(now, options_.share_window_ns), now) + min_grant > budget ||
+         pod.pacing.balance() < static_cast<int64_t>(pacing_threshold(pod));
+}
+
+uint64_t Scheduler::eligible_at(const Pod& pod, uint64_t now) const {
+  const uint64_t budget = budget_ns(pod);
+  const uint64_t min_grant = std::min(options_.quantum_min_ns, budget / 2);
+  return std::max(pod.usage.drops_to(budget - min_grant, now, options_.share_window_ns),
+                  now + pod.pacing.time_to(pacing_threshold(pod)));
+}
+
+uint64_t Scheduler::pacing_threshold(const Pod& pod) const {
+  return std::min(owed_threshold(pod), pod.pacing.cap() / 2);
+}
+
+bool Scheduler::eligible(const Tenant& t, uint64_t now) const {
+  return t.state == TenantState::kWaiting && !throttled(pods_[t.pod], now);
+}
+
+// The holder's last sign of work: its grant, its last launch, or the moment its queued work
+// was seen to end. idle_release counts from the latest, so a process that waits for each
+// kernel before it launches the next is not idle while it reacts to a completion (on a
+// loaded node that takes milliseconds), however long its kernels ran.
+uint64_t Scheduler::last_work_ns(const Tenant& h) {
+  return std::max({h.grant_ns, h.last_launch_ns, h.work_done_ns});
+}
+
+bool Scheduler::idle_holder(const Tenant& h, uint64_t now) const {
+  return h.inflight_ns == 0 && now >= last_work_ns(h) + options_.idle_release_ns;
+}
+
+uint32_t Scheduler::active_interactive() const {
+  uint32_t n = 0;
+  for (const Pod& p : pods_) {
+    if (p.present && p.policy.priority == common::Priority::kInteractive) n += p.active_tenants;
+  }
+  return n;
+}
+
+bool Scheduler::interactive_recent(uint64_t now) const {
+  // "Active" reaches back one share window: interactive tenants idle between requests.
+  return interactive_seen_ns_ != 0 && interactive_seen_ns_ + options_.share_window_ns >= now;
+}
+
+void Scheduler::set_state(Tenant& t, TenantState state, uint64_t now) {
+  const bool was = is_active(t.state);
+  if (t.state == TenantState::kWaiting) --waiting_;
+  t.state = state;
+  if (t.state == TenantState::kWaiting) ++waiting_;
+  const bool is = is_active(t.state);
+  if (was == is) return;
+  Pod& pod = pods_[t.pod];
+  const bool pod_was_active = pod.active_tenants != 0;
+  if (is) {
+    ++pod.active_tenants;
+    ++active_count_;
+  } else {
+    --pod.active_tenants;
+    --active_count_;
+    t.last_active_ns = now;
+  }
+  if (pod.policy.priority == common::Priority::kInteractive) interactive_seen_ns_ = now;
+  pod_activity_changed(pod, t.pod, pod_was_active, now);
+}
+
+// A pod that wakes is lifted to its class's floor less the lag: idle time banks at most
+// one quantum of credit. Its minimum earns only while it wants the GPU.
+void Scheduler::pod_activity_changed(Pod& pod, PodId id, bool was_active, uint64_t now) {
+  const bool active = pod.active_tenants != 0;
+  if (active == was_active) return;
+  if (pod.credit.rate_ppm() != 0) pod.credit.settle(now, pod.earning);
+  pod.earning = active;
+  if (active) {
+    pod_clock_.lift(id);
+    // A guarantee is for a pod that wants the GPU: credit left from before a long absence
+    // is not kept (a short pause between requests keeps it).
+    if (pod.last_active_ns != 0 && now > pod.last_active_ns + options_.share_window_ns)
+      pod.credit.reset();
+  } else {
+    pod.last_active_ns = now;
+  }
+}
+
+// A tenant revoked while busy still has work to launch: its launcher was waiting for the
+// drain (or launches from a thread that had nothing queued at the gate) and sets want only
+// once it is back at the gate, just after this release. Read as idle meanwhile, the next
+// waiter would be granted whatever the weights say, so it counts as wanting for
+// idle_release; if no launch comes by then it goes idle.
 void Scheduler::after_release(Tenant& t, uint64_t now) {
-  set_state(t, t.want ? TenantState::kWaiting : TenantState::kIdle);
-  if (t.want) t.wait_since_ns = now;
-  refresh_pod_activity(t.pod, now);
+  t.presumed_until_ns = t.revoked_busy ? now + options_.idle_release_ns : 0;
+  t.revoked_busy = false;
+  const bool waits = t.want || t.presumed_until_ns != 0;
+  set_state(t, waits ? TenantState::kWaiting : TenantState::kIdle, now);
+  t.owed_grant = false;
+  if (waits) t.wait_since_ns = now;
+}
+
+void Scheduler::expire_presumed(uint64_t now) {
+  for (SlotId s : present_) {
+    Tenant& t = tenants_[s];
+    if (t.presumed_until_ns == 0 || now < t.presumed_until_ns) continue;
+    t.presumed_until_ns = 0;
+    if (t.state == TenantState::kWaiting && !t.want) set_state(t, TenantState::kIdle, now);
+  }
+}
+
+void Scheduler::record_wait(Tenant& t, uint64_t waited) {
+  t.waits[t.wait_count % t.waits.size()] = waited;
+  ++t.wait_count;
 }
 
 void Scheduler::trim(uint64_t now) {
-  // Intervals older than the windows add nothing to the sums (they overlap no window), so
-  // a few trims per window bound the memory without a walk over every tenant per pass.
+  // Stretches older than the windows add nothing to the sums, so a few trims per window
+  // bound the memory without a walk over every tenant per pass.
   if (now < next_trim_ns_) return;
   next_trim_ns_ = now + std::min(options_.share_window_ns, options_.stats_window_ns) / 8;
-  uint64_t share_from = sat_sub(now, options_.share_window_ns);
-  for (auto& [id, pod] : pods_) {
-    while (!pod.usage.empty() && pod.usage.front().end < share_from) pod.usage.pop_front();
+  for (Pod& p : pods_) p.usage.trim(sat_sub(now, options_.share_window_ns));
+  for (SlotId s : present_) tenants_[s].holds.trim(sat_sub(now, options_.stats_window_ns));
+}
+
+Scheduler::Pod& Scheduler::pod_entry(PodId id) {
+  if (id >= pods_.size()) pods_.resize(static_cast<size_t>(id) + 1);
+  return pods_[id];
+}
+
+// ---------------------------------------------------------------------------------------
+// Events.
+// ---------------------------------------------------------------------------------------
+
+void Scheduler::set_pod_policy(PodId id, const common::Policy& policy, uint64_t now) {
+  // What was used until now is charged at the old policy (weight, ceiling bucket).
+  if (now != 0) account(now);
+  Pod& p = pod_entry(id);
+  common::Policy next = policy;
+  next.weight = std::max(next.weight, common::kMinWeight);
+  if (!p.present) {
+    p.present = true;
+    p.policy = next;
+    p.procs = VirtualClock(1, options_.lag_ns);
+    pod_clock_.join(id, lane_of(next.priority), next.weight);
+  } else {
+    if (next.weight != p.policy.weight) pod_clock_.set_weight(id, next.weight);
+    if (next.priority != p.policy.priority) pod_clock_.set_lane(id, lane_of(next.priority));
+    p.policy = next;
   }
-  uint64_t stats_from = sat_sub(now, options_.stats_window_ns);
-  for (auto& [s, t] : tenants_) {
-    // Keep the oldest entry as the tenant's arrival mark until the window has passed it.
-    while (t.holds.size() > 1 && t.holds[1].end < stats_from) t.holds.pop_front();
+  const uint64_t window = options_.share_window_ns;
+  p.credit.configure(next.min_share_ppm,
+                     window / common::kShareScale * next.min_share_ppm +
+                         window % common::kShareScale * next.min_share_ppm / common::kShareScale);
+  const bool was_capped = p.pacing.rate_ppm() != 0;
+  // The bucket covers a couple of stretched quanta and drains, so a capped pod that waits
+  // its turn behind others does not overflow it and lose its share.
+  p.pacing.configure(next.max_share_ppm < common::kShareScale ? next.max_share_ppm : 0,
+                     2 * (options_.quantum_max_ns + options_.quantum_ns));
+  if (!was_capped && p.pacing.rate_ppm() != 0) {  // newly capped: a full bucket from now
+    p.pacing.fill();
+    p.pacing.settle(accounted_ns_, false);
   }
 }
 
-// Virtual times only grow; shift them all down long before they could overflow.
-void Scheduler::renormalise() {
-  constexpr uint64_t kLimit = 1ull << 62;
-  if (pod_floor_ < kLimit) return;
-  uint64_t shift = pod_floor_ - kLimit / 2;
-  for (auto& [id, pod] : pods_) pod.vtime = sat_sub(pod.vtime, shift);
-  pod_floor_ -= shift;
+void Scheduler::add_tenant(SlotId slot, PodId pod, uint64_t now) {
+  if (has_tenant(slot)) remove_tenant(slot, now);
+  if (pod >= pods_.size() || !pods_[pod].present) set_pod_policy(pod, common::Policy{});
+  if (slot >= tenants_.size()) tenants_.resize(static_cast<size_t>(slot) + 1);
+  Tenant& t = tenants_[slot];
+  t = Tenant{};
+  t.present = true;
+  t.slot = slot;
+  t.pod = pod;
+  t.arrived_ns = now;
+  t.last_active_ns = now;
+  Pod& home = pods_[pod];
+  // Level with the pod's other processes: a newcomer neither starves nor floods them.
+  home.procs.join(slot, 0, 1);
+  home.members.push_back(slot);
+  present_.push_back(slot);
+}
+
+bool Scheduler::adopt_holder(SlotId slot, uint64_t now) {
+  if (!has_tenant(slot) || holder_) return false;
+  account(now);
+  Tenant& t = tenants_[slot];
+  set_state(t, TenantState::kHolding, now);
+  t.grant_ns = now;
+  t.quantum_end_ns = now + quantum_of(t);
+  holder_ = slot;
+  return true;
+}
+
+void Scheduler::remove_tenant(SlotId slot, uint64_t now) {
+  if (!has_tenant(slot)) return;
+  account(now);
+  Tenant& t = tenants_[slot];
+  if (holder_ == slot) holder_.reset();
+  if (overtaken_ == slot) overtaken_.reset();
+  unreleased_.erase(std::remove(unreleased_.begin(), unreleased_.end(), slot), unreleased_.end());
+  set_state(t, TenantState::kIdle, now);
+  Pod& pod = pods_[t.pod];
+  pod.members.erase(std::remove(pod.members.begin(), pod.members.end(), slot), pod.members.end());
+  pod.procs.leave(slot);
+  present_.erase(std::remove(present_.begin(), present_.end(), slot), present_.end());
+  t = Tenant{};
+}
+
+void Scheduler::forget_pod(PodId id) {
+  if (id >= pods_.size() || !pods_[id].present || !pods_[id].members.empty()) return;
+  pod_clock_.leave(id);
+  pods_[id] = Pod{};
+}
+
+bool Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
+  if (!has_tenant(slot)) return false;
+  Tenant& t = tenants_[slot];
+  t.want = want;
+  if (want && t.state == TenantState::kIdle) {
+    // Floors first (without the waker), then the lift: against the pod's process floor
+    // (its least-served contending process, never lowered) and, when the pod wakes too,
+    // its class's floor, so tenants waking together do not stack one lag of credit each.
+    account(now);
+    pods_[t.pod].procs.lift(slot);
+    set_state(t, TenantState::kWaiting, now);
+    t.wait_since_ns = now;
+    t.last_active_ns = now;
+    return true;
+  }
+  if (want) t.presumed_until_ns = 0;  // it asked: no need to presume
+  if (!want && t.state == TenantState::kWaiting && t.presumed_until_ns == 0) {
+    account(now);
+    set_state(t, TenantState::kIdle, now);
+  }
+  return false;
+}
+
+void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,
+                             uint64_t now) {
+  if (!has_tenant(slot)) return;
+  // A launch "in the future" is garbage or clock skew: read it as "just now" (busy).
+  Tenant& t = tenants_[slot];
+  t.last_launch_ns = std::min(last_launch_ns, now);
+  if (t.inflight_ns != 0 && inflight_ns == 0) t.work_done_ns = now;
+  t.inflight_ns = inflight_ns;
+}
+
+void Scheduler::released(SlotId slot, uint64_t now) {
+  if (!has_tenant(slot)) return;
+  Tenant& t = tenants_[slot];
+  switch (t.state) {
+    case TenantState::kHolding:  // voluntary give-back of an odd turn: close the turn too
+      account(now);
+      holder_.reset();
+      pending_.push_back({Action::Kind::kRevoke, slot});
+      after_release(t, now);
+      break;
+    case TenantState::kRevoking: {
+      account(now);
+      // How long its drains take, by this clock: what stretches its quantum and tells the
+      // arbiter whether to spin for the release. Its own estimate never counts.
+      const uint64_t drain = sat_sub(now, t.revoke_ns);
+      t.drain_ns = t.drain_ns == 0 ? drain : (t.drain_ns * 3 + drain) / 4;
+      if (holder_ == slot) holder_.reset();
+      if (overtaken_ == slot) overtaken_.reset();
+      after_release(t, now);
+      break;
+    }
+    case TenantState::kPassedOver:
+      account(now);
+      unreleased_.erase(std::remove(unreleased_.begin(), unreleased_.end(), slot),
+                        unreleased_.end());
+      after_release(t, now);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Queries.
+// ---------------------------------------------------------------------------------------
+
+bool Scheduler::idle() const {
+  return !holder_ && !overtaken_ && unreleased_.empty();
+}
+
+TenantState Scheduler::state(SlotId slot) const {
+  return has_tenant(slot) ? tenants_[slot].state : TenantState::kIdle;
+}
+
+uint64_t Scheduler::quantum_for(SlotId slot) const {
+  if (!has_tenant(slot)) {
+    return std::clamp(options_.quantum_ns, options_.quantum_min_ns, options_.quantum_max_ns);
+  }
+  return quantum_of(tenants_[slot]);
+}
+
+uint64_t Scheduler::quantum_of(const Tenant& t) const {
+  const Pod& p = pods_[t.pod];
+  uint64_t q = options_.quantum_ns;
+  if (p.policy.quantum_ns != 0) {
+    q = p.policy.quantum_ns;
+  } else {
+    const uint64_t stretch = t.drain_ns * kKernelsPerQuantum;
+    const uint64_t round_cap = options_.share_window_ns / std::max<uint64_t>(active_count_, 1);
+    q = std::max(q, std::min(stretch, round_cap));
+  }
+  return std::clamp(q, options_.quantum_min_ns, options_.quantum_max_ns);
+}
+
+uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {
+  if (!has_tenant(slot)) return options_.quantum_ns;
+  const Tenant& t = tenants_[slot];
+  if (pods_[t.pod].policy.priority != common::Priority::kInteractive && interactive_recent(now)) {
+    return options_.quantum_min_ns;
+  }
+  return quantum_of(t);
+}
+
+uint64_t Scheduler::expected_drain_ns(SlotId slot) const {
+  return has_tenant(slot) ? tenants_[slot].drain_ns : 0;
+}
+
+namespace {
+
+// What each pod is promised: its minimum first (up to its ceiling), then what is left,
+// class by class, divided by weight up to each pod's ceiling.
+struct Claim {
+  uint32_t weight;
+  common::Priority priority;
+  double min;
+  double max;
+};
+
+std::vector<double> promised_shares(const std::vector<Claim>& claims) {
+  std::vector<double> share(claims.size(), 0.0);
+  double left = 1.0;
+  for (size_t i = 0; i < claims.size(); ++i) {
+    share[i] = std::min(claims[i].min, claims[i].max);
+    left -= share[i];
+  }
+  for (auto cls :
+       {common::Priority::kInteractive, common::Priority::kBatch, common::Priority::kBestEffort}) {
+    std::vector<size_t> open;
+    for (size_t i = 0; i < claims.size(); ++i) {
+      if (claims[i].priority == cls && share[i] < claims[i].max) open.push_back(i);
+    }
+    while (left > 1e-12 && !open.empty()) {
+      double weights = 0;
+      for (size_t i : open) weights += claims[i].weight;
+      // Pods that would pass their ceiling take only up to it; the rest share again.
+      std::vector<size_t> still;
+      double given = 0;
+      bool capped = false;
+      for (size_t i : open) {
+        if (share[i] + left * claims[i].weight / weights >= claims[i].max) {
+          given += claims[i].max - share[i];
+          share[i] = claims[i].max;
+          capped = true;
+        } else {
+          still.push_back(i);
+        }
+      }
+      if (!capped) {
+        for (size_t i : open) share[i] += left * claims[i].weight / weights;
+        left = 0;
+        break;
+      }
+      left -= given;
+      open = std::move(still);
+    }
+  }
+  return share;
+}
+
+}  // namespace
+
+std::vector<TenantReport> Scheduler::report(uint64_t now) const {
+  const uint64_t window = options_.stats_window_ns;
+  const uint64_t from = sat_sub(now, window);
+  auto recently_active = [&](const Tenant& t) {
+    return is_active(t.state) || t.last_active_ns + window >= now;
+  };
+  // Targets among the pods that used or wanted the GPU recently.
+  std::vector<uint32_t> procs(pods_.size(), 0);
+  for (SlotId s : present_) {
+    if (recently_active(tenants_[s])) ++procs[tenants_[s].pod];
+  }
+  std::vector<Claim> claims;
+  std::vector<PodId> claim_pod;
+  for (PodId id = 0; id < pods_.size(); ++id) {
+    if (procs[id] == 0) continue;
+    const common::Policy& pol = pods_[id].policy;
+    claims.push_back({pol.weight, pol.priority,
+                      pol.min_share_ppm / static_cast<double>(common::kShareScale),
+                      pol.max_share_ppm / static_cast<double>(common::kShareScale)});
+    claim_pod.push_back(id);
+  }
+  const std::vector<double> shares = promised_shares(claims);
+  std::vector<double> pod_share(pods_.size(), 0.0);
+  for (size_t i = 0; i < shares.size(); ++i) pod_share[claim_pod[i]] = shares[i];
+
+  std::vector<TenantReport> out;
+  for (SlotId s : present_) {
+    const Tenant& t = tenants_[s];
+    TenantReport r{};
+    r.slot = s;
+    r.pod = t.pod;
+    r.state = t.state;
+    r.quantum_ns = quantum_of(t);
+    r.grants = t.grants;
+    r.pass_overs = t.pass_overs;
+    if (recently_active(t)) r.target_share = pod_share[t.pod] / procs[t.pod];
+    const uint64_t span = std::min(window, sat_sub(now, t.arrived_ns));
+    const uint64_t held = t.holds.used(from, now);
+    r.achieved_share = span == 0 ? 0.0 : static_cast<double>(held) / static_cast<double>(span);
+    std::vector<uint64_t> waits(t.waits.begin(),
+                                t.waits.begin() + std::min<size_t>(t.wait_count, t.waits.size()));
+    if (t.state == TenantState::kWaiting) waits.push_back(sat_sub(now, t.wait_since_ns));
+    if (!waits.empty()) {
+      std::sort(waits.begin(), waits.end());
+      const size_t idx = (waits.size() * 99 + 99) / 100;
+      r.wait_p99_ns = waits[std::min(waits.size(), idx) - 1];
+    }
+    out.push_back(r);
+  }
+  return out;
 }
 
 }  // namespace quanta::arbiter

@@ -1,8 +1,12 @@
-// The tenant socket: admission by SO_PEERCRED and cgroup (or a claimed pod when the node
-// allows unregistered processes), Welcome with the pod region and a doorbell, Attach with
-// a slot and the GPU's read-only control region. Any malformed packet drops only that
-// connection, with a log line.
+// The tenant socket. Every connection is bound at accept to the process that connected; a
+// Hello is acted on only while that process lives and only when it sent the Hello itself
+// (SCM_CREDENTIALS). Descriptors are refused by the kernel where it can (SO_PASSRIGHTS);
+// elsewhere any that arrive, and every connection's final close, go to the FdReaper so no
+// packet can make the loop wait. Any malformed packet drops only its connection.
+#include "arbiter/tenant_server.h"
+
 #include <spdlog/spdlog.h>
+#include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -10,11 +14,15 @@
 #include <cerrno>
 #include <cstring>
 
-#include "arbiter/arbiter.h"
 #include "arbiter/death_watch.h"
+#include "arbiter/names.h"
+#include "arbiter/tenant_protocol.h"
 #include "arbiter/unix_socket.h"
 #include "common/clock.h"
-#include "common/wire.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
 
 namespace quanta::arbiter {
 namespace {
@@ -33,289 +41,327 @@ void copy_text(char* dst, size_t cap, const std::string& text) {
   dst[cap - 1] = '\0';
 }
 
-bool nul_terminated(const char* s, size_t cap) {
-  return std::memchr(s, '\0', cap) != nullptr;
-}
-
-// A process needs one connection (a second Hello replaces the first); a few more cover
-// a reconnect racing the old one's close.
-constexpr size_t kMaxConnectionsPerPid = 4;
-constexpr size_t kMaxConnections = 8192;
+// Room for the sender's credentials and, on kernels that cannot refuse them, every
+// descriptor one message may carry (SCM_MAX_FD), so none is left for the kernel to close
+// on this thread.
+constexpr size_t kMaxFdsPerMessage = 253;
+constexpr size_t kControlBytes =
+    CMSG_SPACE(sizeof(ucred)) + CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage);
 
 }  // namespace
 
-void Arbiter::on_tenant_accept() {
+TenantServer::TenantServer(EventLoop& loop, TenantApi& api, FdReaper& reaper, LogLimiter& log,
+                           const std::string& path, TenantLimits limits, bool allow_peer_pidfd)
+    : loop_(loop),
+      api_(api),
+      reaper_(reaper),
+      log_(log),
+      path_(path),
+      limits_(limits),
+      allow_peer_pidfd_(allow_peer_pidfd) {
+  listener_ = open_listener();
+  if (!rights_refused_) {
+    spdlog::info(
+        "this kernel cannot refuse descriptors on the tenant socket (SO_PASSRIGHTS needs Linux "
+        "6.16): any a tenant sends are closed off the event loop");
+  }
+  loop_.add(listener_.get(), [this](uint32_t) { on_accept(); });
+  loop_.add(deadline_timer_.fd(), [this](uint32_t) {
+    deadline_timer_.acknowledge();
+    on_deadline();
+  });
+}
+
+UniqueFd TenantServer::open_listener() {
+  UniqueFd listener = listen_unix(path_, SOCK_SEQPACKET, 0666);
+  bound_ = path_identity(path_);
+  // Accepted connections inherit both: no descriptors may be sent to the arbiter (the
+  // sender gets EPERM), and every message carries its sender's pid.
+  int off = 0;
+  rights_refused_ = !limits_.accept_rights &&
+                    setsockopt(listener.get(), SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0;
+  int on = 1;
+  setsockopt(listener.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
+  return listener;
+}
+
+void TenantServer::keep_listening() {
+  if (path_identity(path_) == bound_) return;
+  const uint64_t now = common::monotonic_ns();
+  try {
+    UniqueFd fresh = open_listener();
+    loop_.remove(listener_.get());
+    listener_ = std::move(fresh);  // connections still in the old backlog are refused
+    loop_.add(listener_.get(), [this](uint32_t) { on_accept(); });
+    spdlog::warn("the tenant socket {} was removed or replaced: listening there again", path_);
+  } catch (const std::exception& error) {
+    log_.log(spdlog::level::warn, "relisten", now, "cannot listen on {} again: {}", path_,
+             error.what());
+  }
+}
+
+TenantServer::~TenantServer() {
+  for (auto& [fd, conn] : connections_) {
+    loop_.remove(fd);
+    if (conn.doorbell) loop_.remove(conn.doorbell.get());
+    reaper_.close_later(conn.sock.release());
+  }
+  connections_.clear();
+  ::unlink(path_.c_str());
+}
+
+void TenantServer::on_accept() {
+  const uint64_t now = common::monotonic_ns();
   for (;;) {
-    int fd = accept4(tenant_listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        spdlog::warn("tenant socket accept failed: {}", std::strerror(errno));
+        log_.log(spdlog::level::warn, "accept", now, "tenant socket accept failed: {}",
+                 std::strerror(errno));
       }
       return;
     }
-    PeerCred cred = peer_cred(fd);
-    // The socket is open to every container: bound what one caller (or all) can hold.
-    size_t same_pid = 0;
-    for (const auto& [other_fd, c] : connections_) same_pid += c.pid == cred.pid ? 1 : 0;
-    if (same_pid >= kMaxConnectionsPerPid || connections_.size() >= kMaxConnections) {
-      spdlog::warn("refusing a tenant connection of pid {}: {} open from it, {} in all", cred.pid,
-                   same_pid, connections_.size());
-      ::close(fd);
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
+    if (connections_.size() >= limits_.max_connections) prune_dead_pending();
+    if (connections_.size() >= limits_.max_connections) {
+      log_.log(spdlog::level::warn, "accept-limit", now,
+               "refusing a tenant connection: {} are open, the most allowed", connections_.size());
+      reaper_.close_later(fd);
+      continue;
+    }
+    PeerIdentity peer;
+    std::string why;
+    if (!identify_peer(fd, allow_peer_pidfd_, &peer, &why)) {
+      log_.log(spdlog::level::info, "drop", now, "dropping a tenant connection: {}", why);
+      reaper_.close_later(fd);
+      continue;
+    }
+    std::string cgroup = cgroup_of(peer.pid);
+    if (!peer_alive(peer)) {
+      reaper_.close_later(fd);
+      continue;
+    }
+    auto over = [&] {
+      return pending_.size() >= limits_.max_pending ||
+             pending_by_cgroup_[cgroup] >= limits_.max_pending_per_cgroup ||
+             pending_by_pid_[peer.pid] >= limits_.max_pending_per_pid;
+    };
+    if (over()) prune_dead_pending();
+    if (over()) {
+      log_.log(spdlog::level::warn, "accept-limit", now,
+               "refusing a tenant connection of pid {} (cgroup {}): {} from it, {} from its cgroup "
+               "and {} in all have not said Hello yet",
+               peer.pid, printable(cgroup), pending_by_pid_[peer.pid], pending_by_cgroup_[cgroup],
+               pending_.size());
+      reaper_.close_later(fd);
       continue;
     }
     Connection& conn = connections_[fd];
     conn.sock.reset(fd);
-    conn.pid = cred.pid;
-    conn.uid = cred.uid;
-    loop_.add(fd, [this, fd](uint32_t) { on_tenant_message(fd); });
+    conn.peer = std::move(peer);
+    conn.cgroup = cgroup;
+    conn.accepted_ns = now;
+    pending_.insert(fd);
+    ++pending_by_cgroup_[cgroup];
+    ++pending_by_pid_[conn.peer.pid];
+    pending_order_.emplace_back(now, fd);
+    loop_.add(fd, [this, fd](uint32_t) { on_readable(fd); });
+    arm_deadline();
   }
 }
 
-void Arbiter::close_connection(int fd, const std::string& why) {
+void TenantServer::arm_deadline() {
+  while (!pending_order_.empty()) {
+    auto [at, fd] = pending_order_.front();
+    auto it = connections_.find(fd);
+    if (pending_.count(fd) != 0 && it != connections_.end() && it->second.accepted_ns == at) {
+      deadline_timer_.arm_at(at + limits_.hello_deadline_ns);
+      return;
+    }
+    pending_order_.pop_front();  // welcomed or closed since
+  }
+  deadline_timer_.arm_at(0);
+}
+
+void TenantServer::on_deadline() {
+  const uint64_t now = common::monotonic_ns();
+  while (!pending_order_.empty()) {
+    auto [at, fd] = pending_order_.front();
+    if (at + limits_.hello_deadline_ns > now) break;
+    pending_order_.pop_front();
+    auto it = connections_.find(fd);
+    if (pending_.count(fd) != 0 && it != connections_.end() && it->second.accepted_ns == at)
+      close_connection(fd, "no Hello within the deadline");
+  }
+  arm_deadline();
+}
+
+void TenantServer::prune_dead_pending() {
+  std::vector<int> dead;
+  for (int fd : pending_) {
+    auto it = connections_.find(fd);
+    if (it != connections_.end() && !peer_alive(it->second.peer)) dead.push_back(fd);
+  }
+  for (int fd : dead) close_connection(fd, "");
+}
+
+void TenantServer::close_connection(int fd, const std::string& why) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   Connection& conn = it->second;
-  if (!why.empty()) spdlog::warn("dropping tenant connection of pid {}: {}", conn.pid, why);
+  if (!why.empty()) {
+    log_.log(spdlog::level::warn, "drop", common::monotonic_ns(),
+             "dropping tenant connection of pid {}: {}", conn.peer.pid, why);
+  }
   loop_.remove(fd);
   if (conn.doorbell) loop_.remove(conn.doorbell.get());
-  auto p = processes_.find(conn.pid);
-  if (p != processes_.end() && p->second.connection == fd) p->second.connection = -1;
+  if (pending_.erase(fd) != 0) {
+    if (--pending_by_cgroup_[conn.cgroup] == 0) pending_by_cgroup_.erase(conn.cgroup);
+    if (--pending_by_pid_[conn.peer.pid] == 0) pending_by_pid_.erase(conn.peer.pid);
+  }
+  auto w = welcomed_by_pid_.find(conn.peer.pid);
+  if (w != welcomed_by_pid_.end() && w->second == fd) welcomed_by_pid_.erase(w);
+  reaper_.close_later(conn.sock.release());
   connections_.erase(it);
 }
 
-void Arbiter::on_tenant_message(int fd) {
+void TenantServer::drop_process(pid_t pid) {
+  auto w = welcomed_by_pid_.find(pid);
+  if (w != welcomed_by_pid_.end()) close_connection(w->second, "");
+}
+
+void TenantServer::on_readable(int fd) {
   alignas(8) unsigned char buf[1024];
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 16)];
+  alignas(cmsghdr) unsigned char control[kControlBytes];
   iovec iov{buf, sizeof(buf)};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof(control);
-  ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  ssize_t n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  // Tenants never send descriptors: close any that came along.
+  pid_t sender = 0;
+  bool had_fds = false;
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-    for (size_t i = 0; i < count; ++i) {
-      int stray;
-      std::memcpy(&stray, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      ::close(stray);
+    if (c->cmsg_level != SOL_SOCKET) continue;
+    if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+      ucred cred;
+      std::memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+      sender = cred.pid;
+    } else if (c->cmsg_type == SCM_RIGHTS) {
+      // Only on kernels without SO_PASSRIGHTS. Tenants never send descriptors.
+      size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < count; ++i) {
+        int stray;
+        std::memcpy(&stray, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        reaper_.close_later(stray);
+      }
+      had_fds = had_fds || count != 0;
     }
   }
-  if (n <= 0) {
-    close_connection(fd, "");
-    return;
-  }
+  if (n <= 0) return close_connection(fd, "");
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   Connection& conn = it->second;
-  if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) return close_connection(fd, "oversized packet");
-  if (static_cast<size_t>(n) < sizeof(common::MessageHeader)) {
-    return close_connection(
-        fd, "packet of " + std::to_string(n) + " bytes is shorter than a message header");
+  if (had_fds) return close_connection(fd, "it sent file descriptors");
+  TenantMessage m;
+  std::string err = parse_tenant_message(buf, static_cast<size_t>(n),
+                                         (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, &m);
+  if (!err.empty()) return close_connection(fd, err);
+  if (!peer_alive(conn.peer)) return close_connection(fd, "the process that connected has exited");
+  if (sender != conn.peer.pid) {
+    return close_connection(fd, "message sent by pid " + std::to_string(sender) +
+                                    ", not by the process that connected");
   }
-  common::MessageHeader header;
-  std::memcpy(&header, buf, sizeof(header));
-  if (header.magic != common::kWireMagic)
-    return close_connection(fd, "bad magic (not the Quanta protocol)");
-  if (header.version != common::kWireVersion) {
-    return close_connection(fd, "protocol version " + std::to_string(header.version) +
-                                    ", this arbiter speaks " +
-                                    std::to_string(common::kWireVersion));
-  }
-  if (header.size != static_cast<uint32_t>(n)) {
-    return close_connection(fd, "header says " + std::to_string(header.size) +
-                                    " bytes, packet has " + std::to_string(n));
-  }
-  switch (header.type) {
-    case MessageType::kHello: {
-      if (header.size != sizeof(common::HelloMessage))
-        return close_connection(fd, "Hello of the wrong size");
+  switch (m.kind) {
+    case TenantMessage::Kind::kHello:
       if (conn.welcomed) return close_connection(fd, "second Hello on one connection");
-      common::HelloMessage hello;
-      std::memcpy(&hello, buf, sizeof(hello));
-      if (!nul_terminated(hello.claimed_pod, sizeof(hello.claimed_pod))) {
-        return close_connection(fd, "Hello's pod name is not NUL-terminated");
-      }
-      return handle_hello(conn, hello.claimed_pod);
-    }
-    case MessageType::kAttach: {
-      if (header.size != sizeof(common::AttachMessage))
-        return close_connection(fd, "Attach of the wrong size");
+      return handle_hello(conn, m.claimed_pod);
+    case TenantMessage::Kind::kAttach:
       if (!conn.welcomed) return close_connection(fd, "Attach before a Welcome");
-      common::AttachMessage attach;
-      std::memcpy(&attach, buf, sizeof(attach));
-      if (!nul_terminated(attach.uuid, sizeof(attach.uuid))) {
-        return close_connection(fd, "Attach's UUID is not NUL-terminated");
-      }
-      return handle_attach(conn, attach.uuid);
-    }
-    default:
-      return close_connection(
-          fd, "unexpected message type " + std::to_string(static_cast<uint32_t>(header.type)));
+      return handle_attach(conn, m.uuid, m.observe);
   }
 }
 
-void Arbiter::refuse(Connection& conn, const std::string& reason) {
-  spdlog::info("refusing pid {}: {}", conn.pid, reason);
+void TenantServer::refuse(Connection& conn, const std::string& reason,
+                          common::RefusedAction action) {
+  api_.refused(reason);
+  log_.log(spdlog::level::info, "refuse", common::monotonic_ns(), "refusing pid {}: {}{}",
+           conn.peer.pid, printable(reason),
+           action == common::RefusedAction::kDeny ? " (denied CUDA)" : "");
   auto m = make_message<common::RefusedMessage>(MessageType::kRefused);
+  m.action = action;
   copy_text(m.reason, sizeof(m.reason), reason);
   send_with_fds(conn.sock.get(), &m, sizeof(m), {});
-  close_connection(conn.sock.get(), "");  // the tenant runs ungated and needs nothing more
+  close_connection(conn.sock.get(), "");  // the tenant needs nothing more from us
 }
 
-void Arbiter::handle_hello(Connection& conn, const std::string& claimed_pod) {
-  const pid_t pid = conn.pid;
-  auto existing = processes_.find(pid);
-  Process* proc = existing == processes_.end() ? nullptr : &existing->second;
-  if (proc == nullptr) {
-    std::string cgroup = cgroup_of(pid);
-    std::string key;
-    if (const Registration* reg = pods_.match_cgroup(cgroup)) {
-      key = reg->pod_key();
-    } else if (!config_.allow_unregistered) {
-      return refuse(
-          conn, "pid " + std::to_string(pid) + " (cgroup " + (cgroup.empty() ? "unknown" : cgroup) +
-                    ") is not in a registered container and this node does not admit unregistered "
-                    "processes (allow_unregistered = false): running ungated");
-    } else if (claimed_pod.empty()) {
-      return refuse(
-          conn, "pid " + std::to_string(pid) +
-                    " is not in a registered container and names no pod: set QUANTA_POD=<name>");
-    } else {
-      key = claimed_pod;
-    }
-    UniqueFd pidfd = open_pidfd(pid);
-    if (!pidfd)
-      return refuse(conn,
-                    "pid " + std::to_string(pid) + " could not be watched (pidfd_open failed)");
-    Pod* pod = nullptr;
-    try {
-      pod = &pods_.get_or_create(key);
-    } catch (const std::exception& e) {
-      return refuse(conn, std::string("no region for pod ") + key + ": " + e.what());
-    }
-    uint32_t proc_index = common::kMaxProcsPerPod;
-    for (uint32_t i = 0; i < common::kMaxProcsPerPod; ++i) {
-      bool taken = pod->region->procs[i].pid.load() != 0;
-      if (!taken) {
-        proc_index = i;
-        break;
-      }
-    }
-    if (proc_index == common::kMaxProcsPerPod) {
-      pods_.release_if_unused(pod->index);
-      return refuse(conn, "pod " + key + " already has " + std::to_string(common::kMaxProcsPerPod) +
-                              " processes on the GPUs, the most one pod may have");
-    }
-    common::ProcEntry& entry = pod->region->procs[proc_index];
-    for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
-      std::memset(static_cast<void*>(&entry.gpus[g]), 0, sizeof(common::GateChannel));
-    }
-    entry.pid.store(static_cast<uint32_t>(pid), std::memory_order_release);
-    ++pod->processes;
-    Process& p = processes_[pid];
-    p.pid = pid;
-    p.pidfd = std::move(pidfd);
-    p.pod_index = pod->index;
-    p.proc_index = proc_index;
-    watch_process(p);
-    proc = &p;
-    spdlog::info("admitted pid {} into pod {} (pod region {}, entry {})", pid, key, pod->index,
-                 proc_index);
-  }
-  Pod* pod = pods_.find(proc->pod_index);
-  if (proc->connection >= 0 && proc->connection != conn.sock.get())
-    close_connection(proc->connection, "");
-  proc->connection = conn.sock.get();
-
+void TenantServer::handle_hello(Connection& conn, const std::string& claimed_pod) {
+  const int fd = conn.sock.get();
+  // The cgroup now, and the process still alive after reading it: then the pid was its own.
+  std::string cgroup = cgroup_of(conn.peer.pid);
+  if (!peer_alive(conn.peer)) return close_connection(fd, "the process that connected has exited");
+  Admission a = api_.admit(conn.peer, cgroup, claimed_pod);
+  if (!a.admitted) return refuse(conn, a.reason, a.action);
+  // One connection per process: a new Hello (a reconnect) replaces the old one.
+  auto w = welcomed_by_pid_.find(conn.peer.pid);
+  if (w != welcomed_by_pid_.end() && w->second != fd) close_connection(w->second, "");
   int doorbell = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (doorbell < 0) return refuse(conn, std::string("eventfd failed: ") + std::strerror(errno));
+  if (doorbell < 0) {
+    return refuse(conn, std::string("eventfd failed: ") + std::strerror(errno),
+                  common::RefusedAction::kRunOpen);
+  }
   conn.doorbell.reset(doorbell);
-  int sock = conn.sock.get();
-  loop_.add(doorbell, [this, sock](uint32_t) { on_doorbell(sock); });
+  loop_.add(doorbell, [this, fd](uint32_t) { on_doorbell(fd); });
   conn.welcomed = true;
+  if (pending_.erase(fd) != 0) {
+    if (--pending_by_cgroup_[conn.cgroup] == 0) pending_by_cgroup_.erase(conn.cgroup);
+    if (--pending_by_pid_[conn.peer.pid] == 0) pending_by_pid_.erase(conn.peer.pid);
+  }
+  welcomed_by_pid_[conn.peer.pid] = fd;
 
   auto m = make_message<common::WelcomeMessage>(MessageType::kWelcome);
-  m.pod_index = proc->pod_index;
-  m.proc_index = proc->proc_index;
-  m.arbiter_generation = generation_;
-  copy_text(m.pod_key, sizeof(m.pod_key), pod->key);
-  m.flags = config_.enforce.enforce ? common::kWelcomeEnforced : 0;
-  m.count_managed = config_.shim.count_managed ? 1 : 0;
-  m.context_overhead = config_.shim.context_overhead;
-  UniqueFd pod_fd(pod->region.open_fd(true));
-  if (!send_with_fds(sock, &m, sizeof(m), {pod_fd.get(), doorbell})) {
-    close_connection(sock, "");
-  }
+  m.pod_index = a.pod_index;
+  m.proc_index = a.proc_index;
+  m.arbiter_generation = a.generation;
+  copy_text(m.pod_key, sizeof(m.pod_key), a.pod_key);
+  m.flags = a.flags;
+  m.count_managed = a.count_managed;
+  m.context_overhead = a.context_overhead;
+  if (!send_with_fds(fd, &m, sizeof(m), {a.pod_fd, doorbell})) close_connection(fd, "");
 }
 
-void Arbiter::handle_attach(Connection& conn, const std::string& uuid) {
-  Gpu* gpu = gpu_by_uuid(uuid);
-  if (gpu == nullptr) {
+void TenantServer::handle_attach(Connection& conn, const std::string& uuid, bool observe) {
+  const int fd = conn.sock.get();
+  Attachment a = api_.attach(conn.peer.pid, uuid, observe);
+  if (!a.attached) {
     auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed);
-    copy_text(m.reason, sizeof(m.reason),
-              "GPU " + uuid + " is not managed by this arbiter; it manages " + managed_list());
-    send_with_fds(conn.sock.get(), &m, sizeof(m), {});
+    copy_text(m.reason, sizeof(m.reason), a.reason);
+    m.action = a.action;
+    if (!send_with_fds(fd, &m, sizeof(m), {})) close_connection(fd, "");
     return;
   }
-  Process& proc = processes_.at(conn.pid);
-  Pod& pod = *pods_.find(proc.pod_index);
-  auto have = proc.slots.find(gpu->index);
-  SlotId slot;
-  if (have != proc.slots.end()) {
-    slot = have->second;
-  } else {
-    slot = common::kNoSlot;
-    for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-      if (gpu->slot_pids.count(s) == 0 && gpu->region->slots[s].pid.load() == 0) {
-        slot = s;
-        break;
-      }
-    }
-    if (slot == common::kNoSlot) {
-      auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed);
-      copy_text(
-          m.reason, sizeof(m.reason),
-          "GPU " + uuid + " already has " + std::to_string(common::kMaxSlotsPerGpu) + " tenants");
-      send_with_fds(conn.sock.get(), &m, sizeof(m), {});
-      return;
-    }
-    proc.slots[gpu->index] = slot;
-    gpu->slot_pids[slot] = proc.pid;
-    gpu->sched->set_pod_policy(pod.index, pod.policy);
-    gpu->sched->add_tenant(slot, pod.index, common::monotonic_ns());
-    fill_slot(*gpu, slot, proc, pod);
-    gpu->dirty = true;
-    spdlog::info("pid {} of pod {} attached to GPU {} as slot {}", proc.pid, pod.key, gpu->uuid,
-                 slot);
-  }
   auto m = make_message<common::AttachedMessage>(MessageType::kAttached);
-  m.gpu_index = gpu->index;
-  m.slot = slot;
-  bool send_fd = conn.control_sent.count(gpu->index) == 0;
+  m.gpu_index = a.gpu_index;
+  m.slot = a.slot;
+  m.memory_cap = a.memory_cap;
+  const bool send_fd = a.control_fd >= 0 && conn.control_sent.count(a.gpu_index) == 0;
   m.fd_attached = send_fd ? 1 : 0;
-  if (send_fd) {
-    UniqueFd control(gpu->region.open_fd(false));
-    if (!send_with_fds(conn.sock.get(), &m, sizeof(m), {control.get()}))
-      return close_connection(conn.sock.get(), "");
-    conn.control_sent.insert(gpu->index);
-  } else if (!send_with_fds(conn.sock.get(), &m, sizeof(m), {})) {
-    close_connection(conn.sock.get(), "");
-  }
+  std::vector<int> fds;
+  if (send_fd) fds.push_back(a.control_fd);
+  if (!send_with_fds(fd, &m, sizeof(m), fds)) return close_connection(fd, "");
+  if (send_fd) conn.control_sent.insert(a.gpu_index);
 }
 
-void Arbiter::on_doorbell(int sock) {
-  auto it = connections_.find(sock);
+void TenantServer::on_doorbell(int fd) {
+  auto it = connections_.find(fd);
   if (it == connections_.end()) return;
   uint64_t count = 0;
   ssize_t r = ::read(it->second.doorbell.get(), &count, sizeof(count));
   (void)r;
-  auto p = processes_.find(it->second.pid);
-  if (p == processes_.end()) return;
-  for (const auto& [gpu_index, slot] : p->second.slots) gpus_[gpu_index]->dirty = true;
+  api_.rang(it->second.peer.pid);
 }
 
 }  // namespace quanta::arbiter

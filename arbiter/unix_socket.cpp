@@ -48,6 +48,12 @@ UniqueFd listen_unix(const std::string& path, int type, unsigned mode) {
   return fd;
 }
 
+PathIdentity path_identity(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return {};
+  return PathIdentity{st.st_dev, st.st_ino};
+}
+
 UniqueFd connect_unix(const std::string& path, int type) {
   sockaddr_un addr = address(path);
   UniqueFd fd(socket(AF_UNIX, type | SOCK_CLOEXEC, 0));

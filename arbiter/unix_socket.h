@@ -22,6 +22,15 @@ struct PeerCred {
 // file is replaced; one another process still serves is an error.
 UniqueFd listen_unix(const std::string& path, int type, unsigned mode);
 UniqueFd connect_unix(const std::string& path, int type);
+
+// Where a path leads now (device and inode; zeros when nothing is there), so a server
+// notices that its socket file was removed or replaced and listens there again.
+struct PathIdentity {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  bool operator==(const PathIdentity&) const = default;
+};
+PathIdentity path_identity(const std::string& path);
 PeerCred peer_cred(int fd);
 // One packet with optional descriptors; false when the peer is gone.
 bool send_with_fds(int fd, const void* data, size_t len, const std::vector<int>& fds);

@@ -78,6 +78,10 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
   std::optional<double> cpu_before, cpu_after;
   uint64_t cpu_t0 = 0, cpu_t1 = 0;
   if (mix.quanta) {
+    // Every tenant is ready at the start instant: each must be a gated tenant of its pod
+    // before the window opens, or the figures would measure ungated processes.
+    sleep_until_monotonic(start);
+    out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
     sleep_until_monotonic(window.start_ns);
     if (tracer) {
       std::vector<int> devices;

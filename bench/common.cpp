@@ -12,11 +12,14 @@ const std::vector<ScenarioEntry>& scenarios() {
   static const std::vector<ScenarioEntry> entries = {
       {"fairness", "3 batch tenants with weights 1:2:4: share error against the weighted target", run_fairness},
       {"interactive", "an interactive tenant's request latency among 4 batch tenants with 20 ms kernels", run_interactive},
+      {"interactive-8", "the same among 8 batch tenants", run_interactive8},
       {"overhead", "useful throughput of 3 equal batch tenants, Quanta against native time slicing", run_overhead},
       {"handoff", "release-to-next-launch latency against the one-hop futex floor", run_handoff},
       {"launch-cost", "ns added per cuLaunchKernel and per cuMemAlloc+cuMemFree on the fast path", run_launch_cost},
       {"memcap", "8 processes of one pod racing allocations at a memory cap", run_memcap},
       {"scale", "64 tenants on one GPU, and 8 GPUs with 8 tenants each", run_scale},
+      {"churn", "pods arriving, sleeping, waking and leaving beside best-effort and capped pods: longest wait, share error per window", run_churn},
+      {"soak", "64 tenants for --minutes with random kills, arbiter restarts, policy changes and allocation churn", run_soak},
   };
   return entries;
 }

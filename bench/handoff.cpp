@@ -52,6 +52,10 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
     tracer = std::make_unique<HandoffTracer>(run, seconds + 0.7 + 2);
   }
   uint64_t start = run.start_tenants(specs);
+  if (quanta) {
+    sleep_until_monotonic(start);
+    out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
+  }
   if (tracer) {
     sleep_until_monotonic(steady_window(start, seconds).start_ns);
     tracer->note_tenants(run.tenant_pids(), {0, 0});

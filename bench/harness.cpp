@@ -3,18 +3,22 @@
 #include "harness.h"
 
 #include <signal.h>
-#include <cerrno>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <spdlog/spdlog.h>
-
 #include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "common/policy.h"
+#include "hooks/admin_client.h"
 
 namespace quanta::bench {
 
@@ -47,6 +51,57 @@ std::string Bench::missing_for_tenants() const {
   if (!file_exists(paths_.tenant)) return "quanta-tenant is not built (" + paths_.tenant + ")";
   if (sim() && !file_exists(paths_.sim_dir + "/libcuda.so.1")) {
     return "simgpu is not built (" + paths_.sim_dir + "/libcuda.so.1)";
+  }
+  return "";
+}
+
+void Bench::note_not_admitted(const std::string& what) const {
+  spdlog::error("not admitted: {}", what);
+  std::lock_guard<std::mutex> hold(not_admitted_lock_);
+  not_admitted_.push_back(what);
+}
+
+std::vector<std::string> Bench::not_admitted() const {
+  std::lock_guard<std::mutex> hold(not_admitted_lock_);
+  return not_admitted_;
+}
+
+void Admission::add(const Admission& other) {
+  tenants += other.tenants;
+  admitted += other.admitted;
+  unverified += other.unverified;
+  problems.insert(problems.end(), other.problems.begin(), other.problems.end());
+}
+
+nlohmann::json Admission::to_json() const {
+  nlohmann::json out = {{"tenants", tenants}, {"admitted", admitted}};
+  if (unverified > 0) out["unverified"] = unverified;
+  if (!problems.empty()) out["problems"] = problems;
+  return out;
+}
+
+nlohmann::json admin_request(const std::string& socket_path, const nlohmann::json& request) {
+  const hooks::AdminReply reply = hooks::admin_request(socket_path, request, 3'000'000'000);
+  return reply.outcome == hooks::AdminOutcome::kUnreachable ? nlohmann::json(nullptr)
+                                                             : reply.response;
+}
+
+std::string shim_refusal(const std::string& stderr_text) {
+  // The shim's own words where it runs a process ungated because the arbiter would not
+  // place it (shim/session.cpp); a lapsed lease or an arbiter restart are not refusals.
+  static const char* const kRefusals[] = {"the arbiter refused this process",
+                                          "the restarted arbiter refused this process",
+                                          "the arbiter did not attach",
+                                          "the arbiter attached",
+                                          "control region for",
+                                          "the pod region from the arbiter was rejected",
+                                          "CUDA is refused to this process"};
+  std::istringstream lines(stderr_text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    for (const char* refusal : kRefusals) {
+      if (line.find(refusal) != std::string::npos) return line;
+    }
   }
   return "";
 }
@@ -117,6 +172,17 @@ pid_t pid_after(const std::string& name, const std::string& prefix) {
 
 bool gone(pid_t pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
 
+// Running: not ended, and not a zombie waiting for us to reap it.
+bool alive(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return false;
+  char state = stat[close + 2];
+  return state != 'Z' && state != 'X';
+}
+
+constexpr const char* kPodNamespace = "quanta-bench";
+
 }  // namespace
 
 void sweep_leftovers() {
@@ -127,6 +193,7 @@ void sweep_leftovers() {
     if (owner == 0) owner = pid_after(name, "qbench-sim-");
     if (gone(owner)) fs::remove(entry.path(), error);
   }
+  PodCgroups::sweep([](const std::string& name) { return gone(pid_after(name, "quanta-bench-")); });
   const char* base = std::getenv("TMPDIR");
   for (const auto& entry : fs::directory_iterator(base != nullptr && *base != '\0' ? base : "/tmp", error)) {
     if (gone(pid_after(entry.path().filename().string(), "quanta-bench-"))) fs::remove_all(entry.path(), error);
@@ -141,6 +208,7 @@ Run::Run(const Bench& bench, const std::string& name, bool quanta, SimSettings s
       dir_("quanta-bench-" + std::to_string(getpid()) + "-" + name) {
   int serial = run_counter.fetch_add(1);
   std::string unique = std::to_string(getpid()) + "-" + std::to_string(serial);
+  unique_ = unique;
   sim_state_ = "qbench-sim-" + unique;
   sim_log_path_ = dir_.file("simgpu.log");
   scope_ = "qb" + unique;
@@ -151,6 +219,7 @@ Run::Run(const Bench& bench, const std::string& name, bool quanta, SimSettings s
 Run::~Run() {
   tenants_.clear();  // kills stragglers
   if (arbiter_) arbiter_->stop(std::chrono::milliseconds(2000));
+  cgroups_.reset();  // every process in them is gone now
   remove_shm_with_prefix(scope_ + ".");
   remove_shm_with_prefix(sim_state_);
 }
@@ -187,6 +256,10 @@ Environment Run::environment(const std::string& pod, bool preload_shim) const {
 }
 
 std::string Run::start_arbiter(const ArbiterSettings& settings) {
+  // Every pod is registered, as quanta-hook registers a node's containers: the arbiter
+  // bounds how many pods unregistered processes may claim (8 per cgroup), and a tenant it
+  // refuses runs ungated, which would measure nothing. allow_unregistered = false makes a
+  // process that escaped its pod's cgroup a refusal check_admission reports.
   std::string config_path = dir_.file("quanta.toml");
   std::ofstream config(config_path);
   config << "# written by quanta-bench for one run\n[node]\n"
@@ -194,41 +267,185 @@ std::string Run::start_arbiter(const ArbiterSettings& settings) {
          << "tenant_socket = " << toml_string(tenant_socket_) << "\n"
          << "admin_socket = " << toml_string(admin_socket_) << "\n"
          << "state_dir = " << toml_string(dir_.file("state")) << "\n"
-         << "allow_unregistered = true\n\n[scheduler]\n";
+         << "allow_unregistered = false\n\n[scheduler]\n";
   if (!settings.quantum.empty()) config << "quantum = " << toml_string(settings.quantum) << "\n";
   if (!settings.quantum_min.empty()) config << "quantum_min = " << toml_string(settings.quantum_min) << "\n";
   if (!settings.idle_release.empty()) config << "idle_release = " << toml_string(settings.idle_release) << "\n";
-  for (const auto& pod : settings.pods) {
-    config << "\n[pod." << toml_string(pod.name) << "]\n";
-    if (pod.weight) config << "weight = " << *pod.weight << "\n";
-    if (!pod.priority.empty()) config << "priority = " << toml_string(pod.priority) << "\n";
-    if (!pod.max_share.empty()) config << "max_share = " << toml_string(pod.max_share) << "\n";
-    if (!pod.memory_limit.empty()) config << "memory_limit = " << toml_string(pod.memory_limit) << "\n";
-    if (!pod.quantum.empty()) config << "quantum = " << toml_string(pod.quantum) << "\n";
+  if (!settings.context_overhead.empty()) {
+    config << "\n[shim]\ncontext_overhead = " << toml_string(settings.context_overhead) << "\n";
   }
   config.close();
   fs::create_directories(dir_.file("state"));
 
   try {
+    if (!cgroups_) cgroups_ = std::make_unique<PodCgroups>("quanta-bench-" + unique_);
     arbiter_ = std::make_unique<Process>(Process::spawn({bench_.paths().arbiter, "--config", config_path, "--foreground"},
                                                         environment("", false), dir_.file("arbiter.out"),
                                                         dir_.file("arbiter.err")));
   } catch (const std::exception& error) {
     return error.what();
   }
-  // Ready when the tenant socket exists; a tenant connecting earlier would run ungated.
+  // Ready when it answers on the admin socket (it opens the tenant socket first): the
+  // GPUs it manages are what every pod's registration gives the pod.
+  std::string why;
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (std::chrono::steady_clock::now() < until) {
     if (!arbiter_->running()) break;
-    if (file_exists(tenant_socket_)) return "";
+    if (file_exists(tenant_socket_) && file_exists(admin_socket_)) {
+      nlohmann::json status = admin_request(admin_socket_, {{"cmd", "status"}});
+      if (status.is_object() && status.value("ok", false)) {
+        gpu_uuids_.clear();
+        for (const auto& gpu : status.value("gpus", nlohmann::json::array()))
+          gpu_uuids_.push_back(gpu.value("uuid", ""));
+        // The settings' pods, and after a restart those registered before (the state file
+        // keeps registrations; registering again changes nothing).
+        for (const auto& pod : settings.pods) registered_[pod.name] = pod;
+        std::vector<PodPolicy> pods;
+        for (const auto& [name, pod] : registered_) pods.push_back(pod);
+        for (const auto& pod : pods) {
+          why = register_pod(pod);
+          if (!why.empty()) break;
+        }
+        if (why.empty()) return "";
+        break;
+      }
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::string why = arbiter_->running() ? "quanta-arbiter did not create its tenant socket within 10 s"
-                                        : "quanta-arbiter exited at start (" + arbiter_->wait(std::chrono::milliseconds(100)).describe() + ")";
+  if (why.empty()) {
+    why = arbiter_->running() ? "quanta-arbiter did not answer on its admin socket within 10 s"
+                              : "quanta-arbiter exited at start (" +
+                                    arbiter_->wait(std::chrono::milliseconds(100)).describe() + ")";
+  }
   std::string tail = arbiter_tail();
   arbiter_->stop(std::chrono::milliseconds(500));
   arbiter_.reset();
   return why + (tail.empty() ? "" : ": " + tail);
+}
+
+std::string Run::pod_key(const std::string& pod) {
+  return std::string(kPodNamespace) + "/" + pod;
+}
+
+std::string Run::register_pod(const PodPolicy& pod) {
+  if (!arbiter_ || !cgroups_) return "pod " + pod.name + " cannot be registered: no arbiter runs";
+  nlohmann::json policy = nlohmann::json::object();
+  if (pod.weight) policy["weight"] = *pod.weight;
+  if (!pod.priority.empty()) policy["priority"] = pod.priority;
+  if (!pod.max_share.empty()) policy["max_share"] = pod.max_share;
+  if (!pod.memory_limit.empty()) policy["memory_limit"] = pod.memory_limit;
+  if (!pod.quantum.empty()) policy["quantum"] = pod.quantum;
+  nlohmann::json request;
+  try {
+    request = {{"cmd", "register"},
+               {"container_id", scope_ + "." + pod.name},
+               {"pod_uid", scope_ + "-" + pod.name},
+               {"pod_name", pod.name},
+               {"pod_namespace", kPodNamespace},
+               {"container_name", "tenant"},
+               {"cgroup_path", cgroups_->of(pod.name).path},
+               {"devices", gpu_uuids_},
+               {"policy", policy}};
+  } catch (const std::exception& error) {
+    return error.what();
+  }
+  nlohmann::json reply = admin_request(admin_socket_, request);
+  if (!reply.is_object())
+    return "registering pod " + pod.name + ": the arbiter did not answer on " + admin_socket_;
+  if (!reply.value("ok", false))
+    return "registering pod " + pod.name + ": " + reply.value("error", reply.dump());
+  registered_[pod.name] = pod;
+  return "";
+}
+
+Admission Run::check_admission(std::chrono::milliseconds patience, bool check_policy) {
+  Admission out;
+  auto until = std::chrono::steady_clock::now() + patience;
+  auto settle = [&](Watched& w, const std::string& problem, bool admitted) {
+    w.checked = true;
+    if (admitted) ++out.admitted;
+    if (!problem.empty())
+      out.problems.push_back("pid " + std::to_string(w.pid) + " (pod " + w.pod + "): " + problem);
+  };
+  for (const Watched& w : watched_) out.tenants += w.checked ? 0 : 1;
+  while (true) {
+    nlohmann::json status =
+        arbiter_ ? admin_request(admin_socket_, {{"cmd", "status"}}) : nlohmann::json(nullptr);
+    std::map<pid_t, nlohmann::json> listed;
+    if (status.is_object()) {
+      for (const auto& gpu : status.value("gpus", nlohmann::json::array())) {
+        for (const auto& tenant : gpu.value("tenants", nlohmann::json::array()))
+          listed.emplace(tenant.value("pid", 0), tenant);
+      }
+    }
+    int pending = 0;
+    for (Watched& w : watched_) {
+      if (w.checked) continue;
+      auto found = listed.find(w.pid);
+      if (found != listed.end()) {
+        const nlohmann::json& t = found->second;
+        std::string wrong;
+        if (t.value("pod", "") != pod_key(w.pod))
+          wrong = "the arbiter placed it in pod " + t.value("pod", "?") + ", not " + pod_key(w.pod);
+        auto policy = registered_.find(w.pod);
+        if (wrong.empty() && check_policy && policy != registered_.end()) {
+          const PodPolicy& p = policy->second;
+          uint64_t cap = 0;
+          common::ParseError ignored;
+          if (p.weight && t.value("weight", 0) != *p.weight) {
+            wrong = "weight " + std::to_string(t.value("weight", 0)) + " on the arbiter, not " +
+                    std::to_string(*p.weight);
+          } else if (!p.priority.empty() && t.value("priority", "") != p.priority) {
+            wrong = "priority " + t.value("priority", "?") + " on the arbiter, not " + p.priority;
+          } else if (!p.max_share.empty() &&
+                     std::fabs(t.value("max_share", 0.0) - std::stod(p.max_share)) > 1e-3) {
+            wrong = "max_share " + t["max_share"].dump() + " on the arbiter, not " + p.max_share;
+          } else if (!p.memory_limit.empty() &&
+                     common::parse_bytes(p.memory_limit, &cap, &ignored) &&
+                     t.value("memory_cap", 0ull) != cap) {
+            wrong =
+                "memory cap " + t["memory_cap"].dump() + " on the arbiter, not " + p.memory_limit;
+          }
+        }
+        settle(w, wrong, wrong.empty());
+      } else if (!alive(w.pid)) {
+        std::string refusal = shim_refusal(read_file(w.stderr_path));
+        if (refusal.empty()) ++out.unverified;
+        settle(w, refusal.empty() ? "" : "not admitted: " + refusal, false);
+        w.noted = !refusal.empty();
+      } else {
+        ++pending;
+      }
+    }
+    if (pending == 0 || std::chrono::steady_clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double waited = std::chrono::duration<double>(patience).count();
+  for (Watched& w : watched_) {
+    if (w.checked) continue;
+    std::string refusal = shim_refusal(read_file(w.stderr_path));
+    char text[64];
+    std::snprintf(text, sizeof text, "%.1f s", waited);
+    settle(w,
+           "it runs, but the arbiter did not list it among its tenants within " +
+               std::string(text) + ": not admitted, so it runs ungated" +
+               (refusal.empty() ? "" : " (" + refusal + ")"),
+           false);
+    w.noted = true;
+  }
+  for (const std::string& problem : out.problems) bench_.note_not_admitted(name_ + ": " + problem);
+  return out;
+}
+
+void Run::note_refusals() {
+  for (Watched& w : watched_) {
+    if (w.noted) continue;
+    std::string refusal = shim_refusal(read_file(w.stderr_path));
+    if (refusal.empty()) continue;
+    w.noted = true;
+    bench_.note_not_admitted(name_ + ": pid " + std::to_string(w.pid) + " (pod " + w.pod +
+                             "): " + refusal);
+  }
 }
 
 std::optional<double> Run::arbiter_cpu_seconds() const {
@@ -242,7 +459,40 @@ Process Run::spawn(const std::vector<std::string>& argv, const std::string& pod,
                    const std::string& label) {
   int index = spawned_++;
   std::string base = dir_.file(label + "-" + std::to_string(index));
-  return Process::spawn(argv, environment(pod, preload_shim), base + ".out", base + ".err");
+  return spawn_placed(argv, pod, environment(pod, preload_shim), base + ".out", base + ".err",
+                      preload_shim);
+}
+
+Process Run::spawn_tenant(const std::vector<std::string>& argv, const std::string& pod,
+                          const Environment& env, const std::string& stdout_path,
+                          const std::string& stderr_path) {
+  return spawn_placed(argv, pod, env, stdout_path, stderr_path, true);
+}
+
+Process Run::spawn_placed(const std::vector<std::string>& argv, const std::string& pod,
+                          const Environment& env, const std::string& stdout_path,
+                          const std::string& stderr_path, bool shim) {
+  const bool placed = quanta_ && shim;
+  const std::string name = pod.empty() ? "default" : pod;
+  std::string procs;
+  if (placed) {
+    if (registered_.count(name) == 0) {
+      PodPolicy defaults;
+      defaults.name = name;
+      std::string why = register_pod(defaults);
+      if (!why.empty()) throw std::runtime_error("cannot start " + argv.at(0) + ": " + why);
+    }
+    procs = cgroups_->of(name).procs;
+  }
+  Process process = Process::spawn(argv, env, stdout_path, stderr_path, procs);
+  if (placed) {
+    Watched watched;
+    watched.pid = process.pid();
+    watched.pod = name;
+    watched.stderr_path = stderr_path;
+    watched_.push_back(std::move(watched));
+  }
+  return process;
 }
 
 uint64_t Run::start_tenants(const std::vector<TenantSpec>& tenants) {
@@ -299,6 +549,7 @@ std::vector<TenantResult> Run::wait_tenants(double slack_seconds) {
   }
   tenants_.clear();
   longest_seconds_ = 0;
+  if (quanta_) note_refusals();
   return results;
 }
 

@@ -1,15 +1,17 @@
-// `interactive`: one interactive tenant sending 1 ms requests (kernel + sync) at 50/s
-// beside 4 closed-loop batch tenants with 20 ms kernels. Its latency alone (solo), under
-// native time slicing and under Quanta with the interactive priority; and the batch
-// tenants' throughput in both shared configurations.
+// `interactive` and `interactive-8`: one interactive tenant sending 1 ms requests (kernel +
+// sync) at 50/s beside 4 (or 8) closed-loop batch tenants with 20 ms kernels. Its latency
+// alone (solo), under native time slicing and under Quanta with the interactive priority;
+// and the batch tenants' throughput in both shared configurations. Native time slicing
+// shares the engine among every context with work, so its tail grows with the neighbours;
+// under Quanta the request shares it with at most the one batch kernel still draining.
+#include <cstdio>
+
 #include "scenarios.h"
 #include "stats.h"
 
 namespace quanta::bench {
 
 namespace {
-
-constexpr int kBatchTenants = 4;
 
 std::optional<double> number(const Json& obj, const char* key) {
   return obj.contains(key) && obj[key].is_number() ? std::optional<double>(obj[key].get<double>()) : std::nullopt;
@@ -42,6 +44,10 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, int ba
     }
   }
   uint64_t start = run.start_tenants(specs);
+  if (quanta) {
+    sleep_until_monotonic(start);
+    out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
+  }
   auto results = run.wait_tenants(15.0);
   for (const auto& note : tenant_errors(results)) add_note(out, note);
   if (results[0].report) {
@@ -74,16 +80,15 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, int ba
   return out;
 }
 
-}  // namespace
-
-Json run_interactive(const Bench& bench) {
+// `native_limit`: the most Quanta's p99 may be of native's.
+Json run_among(const Bench& bench, const std::string& scenario, int batch_tenants, double native_limit) {
   double seconds = bench.seconds(6.0, 1.0);
-  Json out = {{"scenario", "interactive"},
-              {"workload", {{"interactive", "1 ms kernel + sync at 50/s"}, {"batch_tenants", kBatchTenants},
+  Json out = {{"scenario", scenario},
+              {"workload", {{"interactive", "1 ms kernel + sync at 50/s"}, {"batch_tenants", batch_tenants},
                             {"batch_kernel_ms", 20}, {"batch_depth", 2}, {"seconds", seconds}}}};
-  out["solo"] = guarded("solo", [&] { return run_config(bench, "interactive-solo", false, 0, seconds); });
-  out["native"] = guarded("native", [&] { return run_config(bench, "interactive-native", false, kBatchTenants, seconds); });
-  out["quanta"] = guarded("quanta", [&] { return run_config(bench, "interactive-quanta", true, kBatchTenants, seconds); });
+  out["solo"] = guarded("solo", [&] { return run_config(bench, scenario + "-solo", false, 0, seconds); });
+  out["native"] = guarded("native", [&] { return run_config(bench, scenario + "-native", false, batch_tenants, seconds); });
+  out["quanta"] = guarded("quanta", [&] { return run_config(bench, scenario + "-quanta", true, batch_tenants, seconds); });
 
   auto solo = number(out["solo"], "p99_ms");
   auto native = number(out["native"], "p99_ms");
@@ -92,9 +97,21 @@ Json run_interactive(const Bench& bench) {
   out["p99_over_native"] = figure(ratio(quanta, native), 3);
   out["batch_throughput_ratio"] =
       figure(ratio(number(out["quanta"], "batch_throughput"), number(out["native"], "batch_throughput")), 4);
+  char native_text[64];
+  std::snprintf(native_text, sizeof native_text, "quanta p99_ms <= %g x native p99_ms", native_limit);
   out["targets"] = {{"p99_vs_solo", target("quanta p99_ms <= 2 x solo p99_ms", ratio(quanta, solo), 2.0, true)},
-                    {"p99_vs_native", target("quanta p99_ms <= 0.5 x native p99_ms", ratio(quanta, native), 0.5, true)}};
+                    {"p99_vs_native", target(native_text, ratio(quanta, native), native_limit, true)}};
   return out;
+}
+
+}  // namespace
+
+Json run_interactive(const Bench& bench) {
+  return run_among(bench, "interactive", 4, 0.45);
+}
+
+Json run_interactive8(const Bench& bench) {
+  return run_among(bench, "interactive-8", 8, 0.3);
 }
 
 }  // namespace quanta::bench

@@ -28,6 +28,8 @@ LoopResult run_loop(const Bench& bench, bool quanta, int rounds) {
                             std::to_string(rounds / 2)},
                            "launch", true, "loop");
   ExitStatus status = loop.wait(std::chrono::seconds(60));
+  // No status requests while it times launches: its stderr says whether it was refused.
+  if (quanta) run.note_refusals();
   try {
     auto report = nlohmann::json::parse(last_line(read_file(loop.stdout_path())));
     result.launch_ns = number_field(report, {"launch_ns"});

@@ -30,12 +30,14 @@ int main(int argc, char** argv) {
   bool quick = false;
   std::string gpu_text;
   double seconds = 0;
+  double minutes = 0;
   app.add_option("scenario", scenario, "one of: " + scenario_names)->required();
   app.add_flag("--json", json, "print one compact JSON object (default: indented)");
   app.add_option("--gpu", gpu_text, "sim (simgpu) or real (the NVIDIA driver); default real when one works")
       ->check(CLI::IsMember({"sim", "real"}));
   app.add_option("--seconds", seconds, "measured duration of each configuration (overrides the scenario's)")
       ->check(CLI::Range(0.2, 600.0));
+  app.add_option("--minutes", minutes, "soak: length of the whole run in minutes")->check(CLI::Range(0.1, 1440.0));
   app.add_flag("--quick", quick, "short runs with fewer samples: a smoke test, not a measurement");
   CLI11_PARSE(app, argc, argv);
 
@@ -62,6 +64,7 @@ int main(int argc, char** argv) {
   options.gpu = real_gpu ? GpuMode::real : GpuMode::sim;
   options.quick = quick;
   if (seconds > 0) options.seconds = seconds;
+  if (minutes > 0) options.minutes = minutes;
   Bench bench(paths, options);
 
   std::string command;
@@ -89,6 +92,21 @@ int main(int argc, char** argv) {
     if (key != "scenario") out[key] = value;
   }
   out["elapsed_s"] = std::round(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() * 10) / 10;
+  // A tenant meant to run under Quanta that ran ungated makes every quanta figure of its
+  // configuration meaningless: the run fails, whatever the scenario.
+  const std::vector<std::string> not_admitted = bench.not_admitted();
+  if (!not_admitted.empty()) {
+    out["failed"] = true;
+    out["not_admitted"] = not_admitted;
+    out["error"] = std::to_string(not_admitted.size()) +
+                   " tenant(s) meant to run under Quanta were not admitted and gated in their pod "
+                   "(see not_admitted): the quanta figures of their configurations do not "
+                   "measure Quanta";
+    std::cerr << "quanta-bench: " << chosen->name << ": " << out["error"].get<std::string>()
+              << "\n";
+    for (const std::string& line : not_admitted) std::cerr << "  " << line << "\n";
+  }
   std::cout << (json ? out.dump() : out.dump(2)) << std::endl;
-  return 0;
+  // A scenario that checks invariants (soak) failed, or a tenant ran ungated.
+  return out.value("failed", false) ? 1 : 0;
 }

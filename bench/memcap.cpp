@@ -1,8 +1,9 @@
 // `memcap`: 8 processes of one pod racing allocations at the pod's cap. Phase one races
 // to the cap (each allocates until its first denial and holds); phase two churns
 // (allocate, free, repeat) with more demand than the cap allows. The committed bytes are
-// sampled from the pod's ledger in shared memory while they run and cross-checked with
-// the tenants' own reports; the native run, with no cap, shows what the pod would take.
+// sampled from the pod's ledger (the arbiter's sealed memfd, mapped read-only) while they
+// run and cross-checked with the tenants' own reports; the native run, with no cap, shows
+// what the pod would take.
 #include "common/shm_layout.h"
 #include "scenarios.h"
 #include "stats.h"
@@ -30,10 +31,14 @@ constexpr const char* kCapText = "4Gi";
 constexpr uint64_t kRaceBytes = 96ull << 20;    // 17 fit in what remains, the 18th is denied
 constexpr uint64_t kChurnBytes = 256ull << 20;  // 6 fit at once; 8 processes want one each
 
-// Samples the pod ledger (PodRegion::memory_used) of a run's arbiter until stopped.
+// Samples the pod ledger (PodRegion::memory_used) of a run's arbiter until stopped. The
+// ledger is a memfd with no name in any filesystem; the arbiter holds it open, and
+// /proc/<arbiter pid>/fd/<n> opens the same memory again (read-only here), so sampling is
+// a load from shared memory that neither the arbiter nor the tenants see.
 class LedgerSampler {
  public:
-  LedgerSampler(std::string scope, std::string pod) : scope_(std::move(scope)), pod_(std::move(pod)) {
+  LedgerSampler(pid_t arbiter, std::string scope, std::string pod_key)
+      : arbiter_(arbiter), scope_(std::move(scope)), pod_key_(std::move(pod_key)) {
     thread_ = std::thread([this] { loop(); });
   }
   ~LedgerSampler() { stop(); }
@@ -48,10 +53,13 @@ class LedgerSampler {
  private:
   void find_region() {
     std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator("/dev/shm", error)) {
-      std::string name = entry.path().filename().string();
-      if (name.rfind(scope_ + ".pod.", 0) != 0) continue;
-      int fd = open(entry.path().c_str(), O_RDONLY);
+    const std::string fds = "/proc/" + std::to_string(arbiter_) + "/fd";
+    // How the kernel names a memfd's link: "/memfd:<name> (deleted)".
+    const std::string wanted = "/memfd:" + scope_ + ".pod.";
+    for (const auto& entry : std::filesystem::directory_iterator(fds, error)) {
+      const std::string target = std::filesystem::read_symlink(entry.path(), error).string();
+      if (error || target.rfind(wanted, 0) != 0) continue;
+      int fd = open(entry.path().c_str(), O_RDONLY | O_CLOEXEC);
       if (fd < 0) continue;
       struct stat info {};
       if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < sizeof(common::PodRegion)) {
@@ -63,9 +71,7 @@ class LedgerSampler {
       if (map == MAP_FAILED) continue;
       auto* region = static_cast<const common::PodRegion*>(map);
       std::string key(region->header.pod_key, strnlen(region->header.pod_key, common::kPodKeyLen));
-      bool ours = region->header.magic == common::kPodMagic && key.size() >= pod_.size() &&
-                  key.compare(key.size() - pod_.size(), pod_.size(), pod_) == 0;
-      if (ours) {
+      if (region->header.magic == common::kPodMagic && key == pod_key_) {
         region_ = region;
         return;
       }
@@ -92,8 +98,9 @@ class LedgerSampler {
     if (region_ != nullptr) munmap(const_cast<common::PodRegion*>(region_), sizeof(common::PodRegion));
   }
 
+  pid_t arbiter_;
   std::string scope_;
-  std::string pod_;
+  std::string pod_key_;
   const common::PodRegion* region_ = nullptr;
   std::atomic<bool> running_{true};
   std::atomic<uint64_t> max_bytes_{0};
@@ -132,7 +139,9 @@ Json run_config(const Bench& bench, bool quanta, int churn_count) {
     }
   }
   std::unique_ptr<LedgerSampler> sampler;
-  if (quanta) sampler = std::make_unique<LedgerSampler>(run.scope(), "capped");
+  if (quanta)
+    sampler =
+        std::make_unique<LedgerSampler>(run.arbiter_pid(), run.scope(), Run::pod_key("capped"));
 
   std::vector<TenantSpec> race, churn;
   for (int i = 0; i < kProcesses; ++i) {
@@ -141,9 +150,20 @@ Json run_config(const Bench& bench, bool quanta, int churn_count) {
                                 std::to_string(kChurnBytes)},
                                "capped", 0});
   }
-  run.start_tenants(race);
+  // Each phase's processes must all be tenants of the capped pod when they start racing.
+  Admission admission;
+  uint64_t race_start = run.start_tenants(race);
+  if (quanta) {
+    sleep_until_monotonic(race_start);
+    admission.add(run.check_admission(std::chrono::seconds(10)));
+  }
   auto race_results = run.wait_tenants(30.0);
-  run.start_tenants(churn);
+  uint64_t churn_start = run.start_tenants(churn);
+  if (quanta) {
+    sleep_until_monotonic(churn_start);
+    admission.add(run.check_admission(std::chrono::seconds(10)));
+    out["admission"] = admission.to_json();
+  }
   auto churn_results = run.wait_tenants(60.0);
   if (sampler) sampler->stop();
   for (const auto& note : tenant_errors(race_results)) add_note(out, "race " + note);
@@ -160,7 +180,10 @@ Json run_config(const Bench& bench, bool quanta, int churn_count) {
   if (sampler) {
     out["ledger_max"] = sampler->found() ? Json(ledger_max) : Json(nullptr);
     out["ledger_samples"] = sampler->samples();
-    if (!sampler->found()) add_note(out, "the pod's ledger region was not found under /dev/shm; max_committed from the tenants' reports only");
+    if (!sampler->found())
+      add_note(out,
+               "the pod's ledger region was not found among the arbiter's descriptors; "
+               "max_committed from the tenants' reports only");
   }
   out["overshoot_bytes"] = max_committed > kCap ? max_committed - kCap : 0;
   out["denials"] = sum_field(race_results, "oom") + sum_field(churn_results, "oom");

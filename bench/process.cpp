@@ -54,7 +54,8 @@ std::string ExitStatus::describe() const {
 }
 
 Process Process::spawn(const std::vector<std::string>& argv, const Environment& env,
-                       const std::string& stdout_path, const std::string& stderr_path) {
+                       const std::string& stdout_path, const std::string& stderr_path,
+                       const std::string& cgroup_procs) {
   // Everything the child needs is built before fork: between fork and exec it only makes
   // async-signal-safe calls (the bench has threads).
   std::vector<char*> args;
@@ -65,7 +66,13 @@ Process Process::spawn(const std::vector<std::string>& argv, const Environment& 
   for (auto& entry : env_strings) envp.push_back(entry.data());
   envp.push_back(nullptr);
 
-  int report[2];  // the child writes errno here if exec fails; closed on exec otherwise
+  // What failed in the child, and its errno: written to a pipe that exec closes.
+  enum Stage : int { kRedirect = 1, kCgroup = 2, kExec = 3 };
+  struct ChildError {
+    int stage = 0;
+    int error = 0;
+  };
+  int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   const pid_t parent = getpid();
   pid_t pid = fork();
@@ -82,25 +89,37 @@ Process Process::spawn(const std::vector<std::string>& argv, const Environment& 
     int in = open("/dev/null", O_RDONLY);
     int out = open(stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int err = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    auto fail = [&](int stage) {
+      ChildError failure{stage, errno};
+      (void)!write(report[1], &failure, sizeof failure);
+      _exit(127);
+    };
     if (in < 0 || out < 0 || err < 0 || dup2(in, STDIN_FILENO) < 0 || dup2(out, STDOUT_FILENO) < 0 ||
         dup2(err, STDERR_FILENO) < 0) {
-      int error = errno;
-      (void)!write(report[1], &error, sizeof error);
-      _exit(127);
+      fail(kRedirect);
+    }
+    if (!cgroup_procs.empty()) {
+      // "0" is the writer itself, in cgroup v1 and v2 alike.
+      int procs = open(cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (procs < 0 || write(procs, "0", 1) != 1) fail(kCgroup);
+      close(procs);
     }
     execve(args[0], args.data(), envp.data());
-    int error = errno;
-    (void)!write(report[1], &error, sizeof error);
-    _exit(127);
+    fail(kExec);
   }
   close(report[1]);
-  int child_error = 0;
+  ChildError child_error;
   ssize_t got = read(report[0], &child_error, sizeof child_error);
   close(report[0]);
   if (got == static_cast<ssize_t>(sizeof child_error)) {
     int raw = 0;
     waitpid(pid, &raw, 0);
-    throw std::runtime_error("cannot start " + argv.at(0) + ": " + std::strerror(child_error));
+    std::string where = child_error.stage == kCgroup
+                            ? "cannot move into cgroup " +
+                                  std::filesystem::path(cgroup_procs).parent_path().string() + ": "
+                            : "";
+    throw std::runtime_error("cannot start " + argv.at(0) + ": " + where +
+                             std::strerror(child_error.error));
   }
   Process process;
   process.pid_ = pid;

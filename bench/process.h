@@ -33,10 +33,13 @@ struct ExitStatus {
 
 class Process {
  public:
-  // Starts argv[0] (a path) with env; stdout and stderr go to the named files.
-  // Throws std::runtime_error naming the program when the spawn fails.
+  // Starts argv[0] (a path) with env; stdout and stderr go to the named files. With
+  // `cgroup_procs` (a cgroup.procs file) the child moves itself into that cgroup before it
+  // runs the program, so nothing it does happens outside it. Throws std::runtime_error
+  // naming the program (and the cgroup) when the spawn fails.
   static Process spawn(const std::vector<std::string>& argv, const Environment& env,
-                       const std::string& stdout_path, const std::string& stderr_path);
+                       const std::string& stdout_path, const std::string& stderr_path,
+                       const std::string& cgroup_procs = "");
 
   Process() = default;
   Process(Process&& other) noexcept;

@@ -1,47 +1,90 @@
 // quanta-bench-report: assembles the per-scenario JSON objects of one `make bench` run
 // into bench/results/latest.json (an object keyed by scenario, plus machine, date and
 // command) and renders bench/RESULTS.md: every scenario with its configurations side by
-// side, and each target met or missed with the margin.
+// side, each target met or missed with the margin, and every figure's change against the
+// previous run's latest.json (also printed for the terminal).
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "report_compare.h"
+
 namespace {
 
 using Json = nlohmann::json;
+using quanta::bench::cell;
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kOrder = {"fairness", "interactive", "overhead", "handoff", "launch-cost", "memcap", "scale"};
+const std::vector<std::string> kOrder = {"fairness", "interactive", "interactive-8", "overhead",
+                                         "handoff",  "launch-cost", "memcap",        "scale",
+                                         "churn"};
 
-std::string cell(const Json& value) {
-  if (value.is_null()) return "—";
-  if (value.is_boolean()) return value.get<bool>() ? "yes" : "no";
-  if (value.is_number_integer() || value.is_number_unsigned()) return value.dump();
-  if (value.is_number()) {
-    // Four significant digits below 1000, whole numbers above: 0.73, 23.4, 106.4, 2790.
-    double number = value.get<double>();
-    std::ostringstream out;
-    if (std::fabs(number) >= 1000 || number == std::floor(number)) {
-      out.precision(0);
-      out << std::fixed << number;
-    } else {
-      out.precision(4);
-      out << number;
-    }
-    return out.str();
+// The last non-empty line of a file (a scenario's stderr: why it printed no JSON).
+std::string last_line(const fs::path& file) {
+  std::ifstream in(file);
+  std::string last;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) last = line;
   }
-  if (value.is_string()) return value.get<std::string>();
-  return value.dump();
+  return last;
 }
 
-bool is_figure(const Json& value) { return value.is_number() || value.is_null() || value.is_boolean(); }
+// One scenario's JSON from the inputs: <name>.json, or <name>.1.json, <name>.2.json, ...
+// when bench.sh ran it several times (folded into medians). A run that printed no JSON
+// becomes a note naming its last line of stderr. Null when the inputs hold nothing of it.
+Json read_scenario(const fs::path& inputs, const std::string& name, bool required) {
+  auto parse = [&](const std::string& stem, std::string& why) {
+    std::ifstream in(inputs / (stem + ".json"));
+    try {
+      Json scenario = Json::parse(in);
+      if (scenario.is_object()) return scenario;
+      why = "its JSON is not an object";
+    } catch (const std::exception&) {
+      why = last_line(inputs / (stem + ".err"));
+    }
+    return Json(nullptr);
+  };
+  auto failed = [&](const std::string& why) {
+    return Json{
+        {"scenario", name},
+        {"note", "quanta-bench " + name + " printed no JSON" + (why.empty() ? "" : ": " + why)}};
+  };
+  if (fs::exists(inputs / (name + ".1.json"))) {
+    std::vector<Json> runs;
+    std::vector<std::string> failures;
+    for (int i = 1; fs::exists(inputs / (name + "." + std::to_string(i) + ".json")); ++i) {
+      std::string why;
+      Json run = parse(name + "." + std::to_string(i), why);
+      if (run.is_null()) {
+        failures.push_back("run " + std::to_string(i) + " printed no JSON" +
+                           (why.empty() ? "" : ": " + why));
+      } else {
+        runs.push_back(run);
+      }
+    }
+    Json merged = runs.empty() ? failed(failures.empty() ? "" : failures.front())
+                               : quanta::bench::merge_repeats(runs);
+    for (const auto& failure : failures) {
+      std::string note = merged.value("note", "");
+      merged["note"] = note.empty() ? failure : note + "; " + failure;
+    }
+    return merged;
+  }
+  if (!required && !fs::exists(inputs / (name + ".json"))) return Json(nullptr);
+  std::string why;
+  Json scenario = parse(name, why);
+  return scenario.is_null() ? failed(why) : scenario;
+}
+
+bool is_figure(const Json& value) {
+  return value.is_number() || value.is_null() || value.is_boolean();
+}
 
 // Configurations of a scenario in the order they read best.
 std::vector<std::string> configurations(const Json& scenario) {
@@ -53,10 +96,12 @@ std::vector<std::string> configurations(const Json& scenario) {
 }
 
 // One table: a row per figure, a column per configuration.
-void figure_table(std::ostream& md, const Json& scenario, const std::vector<std::string>& configs, const std::string& sub) {
+void figure_table(std::ostream& md, const Json& scenario, const std::vector<std::string>& configs,
+                  const std::string& sub) {
   std::vector<std::string> keys;
   for (const auto& config : configs) {
-    const Json& block = sub.empty() ? scenario[config] : scenario[config].value(sub, Json::object());
+    const Json& block =
+        sub.empty() ? scenario[config] : scenario[config].value(sub, Json::object());
     for (auto it = block.begin(); it != block.end(); ++it) {
       if (!is_figure(it.value())) continue;
       if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) keys.push_back(it.key());
@@ -71,7 +116,8 @@ void figure_table(std::ostream& md, const Json& scenario, const std::vector<std:
   for (const auto& key : keys) {
     md << "| " << key << " |";
     for (const auto& config : configs) {
-      const Json& block = sub.empty() ? scenario[config] : scenario[config].value(sub, Json::object());
+      const Json& block =
+          sub.empty() ? scenario[config] : scenario[config].value(sub, Json::object());
       md << " " << (block.contains(key) ? cell(block[key]) : "") << " |";
     }
     md << "\n";
@@ -89,7 +135,8 @@ void shares_table(std::ostream& md, const Json& scenario, const std::vector<std:
   md << "\n";
   const Json& reference = scenario[configs.front()]["tenants"];
   for (size_t i = 0; i < reference.size(); ++i) {
-    md << "| " << cell(reference[i]["weight"]) << " | " << cell(reference[i]["target_share"]) << " |";
+    md << "| " << cell(reference[i]["weight"]) << " | " << cell(reference[i]["target_share"])
+       << " |";
     for (const auto& config : configs) {
       const Json& tenants = scenario[config].value("tenants", Json::array());
       md << " " << (i < tenants.size() ? cell(tenants[i]["achieved_share"]) : "") << " |";
@@ -100,7 +147,8 @@ void shares_table(std::ostream& md, const Json& scenario, const std::vector<std:
 
 void notes(std::ostream& md, const Json& scenario, const std::vector<std::string>& configs) {
   auto note_of = [&](const std::string& where, const Json& block) {
-    if (block.contains("note") && block["note"].is_string()) md << "- " << where << ": " << block["note"].get<std::string>() << "\n";
+    if (block.contains("note") && block["note"].is_string())
+      md << "- " << where << ": " << block["note"].get<std::string>() << "\n";
   };
   note_of("scenario", scenario);
   for (const auto& config : configs) {
@@ -119,15 +167,32 @@ std::string verdict(const Json& target) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"quanta-bench-report: latest.json and RESULTS.md from one run's per-scenario JSON files"};
+  CLI::App app{
+      "quanta-bench-report: latest.json and RESULTS.md from one run's per-scenario JSON files"};
   std::string inputs, from, json_out, markdown_out, command, analysis, conditions;
-  auto* inputs_option = app.add_option("--inputs", inputs, "directory holding <scenario>.json files");
-  app.add_option("--from", from, "an assembled latest.json to render again (instead of --inputs)")->excludes(inputs_option);
+  auto* inputs_option =
+      app.add_option("--inputs", inputs, "directory holding <scenario>.json files");
+  app.add_option("--from", from, "an assembled latest.json to render again (instead of --inputs)")
+      ->excludes(inputs_option);
   app.add_option("--json", json_out, "where to write the assembled JSON (required with --inputs)");
   app.add_option("--markdown", markdown_out, "where to write RESULTS.md")->required();
   app.add_option("--command", command, "the command that produced the run");
   app.add_option("--conditions", conditions, "one line on what else ran during the measurement");
   app.add_option("--analysis", analysis, "a Markdown file appended as the analysis of misses");
+  std::string previous_file, scenario_list;
+  bool print_changes = false;
+  double noise_pct = 10;
+  app.add_option(
+      "--previous", previous_file,
+      "the previous run's latest.json to compare against (a missing file means no previous run)");
+  app.add_option("--scenarios", scenario_list,
+                 "the scenarios this run asked for, space-separated (default: every "
+                 "<scenario>.json in --inputs)");
+  app.add_option("--noise-pct", noise_pct,
+                 "a target moving away from its limit by more than this % is called worse")
+      ->check(CLI::Range(0.0, 1000.0));
+  app.add_flag("--print-changes", print_changes,
+               "print each figure's change against --previous on stdout");
   CLI11_PARSE(app, argc, argv);
   if (inputs.empty() == from.empty() || (!inputs.empty() && json_out.empty())) {
     std::cerr << "quanta-bench-report: give --inputs DIR with --json FILE, or --from latest.json\n";
@@ -152,25 +217,34 @@ int main(int argc, char** argv) {
     command = all.value("command", "");
     conditions = all.value("conditions", "");
   }
-  for (const auto& name : inputs.empty() ? std::vector<std::string>{} : kOrder) {
-    fs::path file = fs::path(inputs) / (name + ".json");
-    Json scenario;
-    std::ifstream in(file);
-    try {
-      scenario = Json::parse(in);
-    } catch (const std::exception&) {
-      std::ifstream err(fs::path(inputs) / (name + ".err"));
-      std::string text((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
-      std::string last;
-      std::istringstream lines(text);
-      for (std::string line; std::getline(lines, line);) {
-        if (!line.empty()) last = line;
-      }
-      scenario = {{"scenario", name}, {"note", "quanta-bench " + name + " printed no JSON" + (last.empty() ? "" : ": " + last)}};
+  std::vector<std::string> order = kOrder;
+  std::vector<std::string> asked;
+  {
+    std::istringstream names(scenario_list);
+    for (std::string name; names >> name;) {
+      asked.push_back(name);
+      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
     }
+  }
+  if (!from.empty()) {
+    // Scenarios a --from file holds beyond the usual eight (a --only run of soak, say).
+    for (auto it = all.begin(); it != all.end(); ++it) {
+      if (it.value().is_object() && it.value().contains("scenario") &&
+          std::find(order.begin(), order.end(), it.key()) == order.end()) {
+        order.push_back(it.key());
+      }
+    }
+  }
+  for (const auto& name : inputs.empty() ? std::vector<std::string>{} : order) {
+    bool required = std::find(asked.begin(), asked.end(), name) != asked.end();
+    if (!asked.empty() && !required) continue;
+    Json scenario = read_scenario(inputs, name, required);
+    if (scenario.is_null()) continue;
     if (machine.is_null() && scenario.contains("machine")) machine = scenario["machine"];
-    if (date.empty() && scenario.contains("date")) date = scenario["date"].get<std::string>();
-    if (gpu.empty() && scenario.contains("gpu")) gpu = scenario["gpu"].get<std::string>();
+    if (date.empty() && scenario.contains("date") && scenario["date"].is_string())
+      date = scenario["date"].get<std::string>();
+    if (gpu.empty() && scenario.contains("gpu") && scenario["gpu"].is_string())
+      gpu = scenario["gpu"].get<std::string>();
     elapsed += scenario.value("elapsed_s", 0.0);
     all[name] = scenario;
   }
@@ -182,19 +256,70 @@ int main(int argc, char** argv) {
     all["elapsed_s"] = std::round(elapsed * 10) / 10;
     if (!conditions.empty()) all["conditions"] = conditions;
   }
+  if (!previous_file.empty()) {
+    // Read before --json overwrites it (bench.sh passes a copy, but the file may be the same).
+    Json previous;
+    std::string previous_note;
+    if (!fs::exists(previous_file)) {
+      previous_note = "no previous run (" + previous_file + " does not exist): every figure is new";
+    } else {
+      std::ifstream in(previous_file);
+      try {
+        previous = Json::parse(in);
+        if (!previous.is_object()) {
+          previous = nullptr;
+          previous_note =
+              "the previous run's " + previous_file + " is not a JSON object: every figure is new";
+        }
+      } catch (const std::exception& error) {
+        previous_note = "the previous run's " + previous_file + " is not JSON (" + error.what() +
+                        "): every figure is new";
+      }
+    }
+    all["changes"] = quanta::bench::compare_runs(previous, all, order, noise_pct, previous_note);
+  }
+  if (print_changes && all.contains("changes"))
+    quanta::bench::print_comparison(std::cout, all["changes"]);
   if (!json_out.empty()) std::ofstream(json_out) << all.dump(2) << "\n";
 
   std::ostringstream md;
   md << "# Quanta benchmark results\n\n"
-     << "Written by `scripts/bench.sh` from `bench/results/latest.json`; every figure was measured beside its "
-        "native baseline in the same run. How each figure is measured: [METHODS.md](METHODS.md).\n\n"
-     << "- machine: " << cell(machine.value("cpu", Json("?"))) << ", " << cell(machine.value("cores", Json(0)))
-     << " cores, kernel " << cell(machine.value("kernel", Json("?"))) << ", GPU: " << cell(machine.value("gpu", Json("?")))
-     << "\n- date: " << date << "\n- command: `" << command << "`\n- total time: " << cell(all["elapsed_s"]) << " s\n";
+     << "Written by `scripts/bench.sh` from `bench/results/latest.json`; every figure was measured "
+        "beside its "
+        "native baseline in the same run. How each figure is measured: "
+        "[METHODS.md](METHODS.md).\n\n"
+     << "- machine: " << cell(machine.value("cpu", Json("?"))) << ", "
+     << cell(machine.value("cores", Json(0))) << " cores, kernel "
+     << cell(machine.value("kernel", Json("?")))
+     << ", GPU: " << cell(machine.value("gpu", Json("?"))) << "\n- date: " << date
+     << "\n- command: `" << command << "`\n- total time: " << cell(all["elapsed_s"]) << " s\n";
   if (!conditions.empty()) md << "- conditions: " << conditions << "\n";
+  if (all.contains("changes") && all["changes"].is_object()) {
+    const Json& changes = all["changes"];
+    std::vector<std::string> worse;
+    for (const auto& row : changes.value("figures", Json::array())) {
+      if (row.value("worse", false))
+        worse.push_back(row.value("scenario", "") + " " + row.value("target", ""));
+    }
+    if (!changes["previous"].is_object()) {
+      md << "- changes: none to show (" << changes.value("previous_note", "no previous run")
+         << ")\n";
+    } else if (worse.empty()) {
+      md << "- changes: no target worsened beyond noise since "
+         << changes["previous"].value("date", "the previous run")
+         << " ([changes](#changes-since-the-previous-run))\n";
+    } else {
+      md << "- changes: **" << worse.size() << " target" << (worse.size() == 1 ? "" : "s")
+         << " worsened beyond noise** since "
+         << changes["previous"].value("date", "the previous run") << ":";
+      for (size_t i = 0; i < worse.size(); ++i) md << (i ? "," : "") << " " << worse[i];
+      md << " ([changes](#changes-since-the-previous-run))\n";
+    }
+  }
 
-  md << "\n## Targets\n\n| scenario | target | value | limit | verdict | margin |\n|---|---|---|---|---|---|\n";
-  for (const auto& name : kOrder) {
+  md << "\n## Targets\n\n| scenario | target | value | limit | verdict | margin "
+        "|\n|---|---|---|---|---|---|\n";
+  for (const auto& name : order) {
     const Json& scenario = all[name];
     if (!scenario.contains("targets")) {
       md << "| " << name << " | (no result) | — | — | not measured | — |\n";
@@ -202,15 +327,19 @@ int main(int argc, char** argv) {
     }
     for (auto it = scenario["targets"].begin(); it != scenario["targets"].end(); ++it) {
       const Json& t = it.value();
-      md << "| " << name << " | " << t.value("description", it.key()) << " | " << cell(t["value"]) << " | "
-         << cell(t["limit"]) << " | " << verdict(t) << " | " << cell(t["margin"]) << " |\n";
+      md << "| " << name << " | " << t.value("description", it.key()) << " | " << cell(t["value"])
+         << " | " << cell(t["limit"]) << " | " << verdict(t) << " | " << cell(t["margin"])
+         << (t.contains("worst") ? "; worst run " + cell(t["worst"]) : "") << " |\n";
     }
   }
 
-  for (const auto& name : kOrder) {
+  for (const auto& name : order) {
     const Json& scenario = all[name];
+    if (!scenario.is_object() && std::find(kOrder.begin(), kOrder.end(), name) == kOrder.end())
+      continue;
     md << "\n## " << name << "\n\n";
-    if (scenario.contains("workload")) md << "Workload: `" << scenario["workload"].dump() << "`\n\n";
+    if (scenario.contains("workload"))
+      md << "Workload: `" << scenario["workload"].dump() << "`\n\n";
     auto configs = configurations(scenario);
     if (name == "scale") {
       for (const char* layout : {"one_gpu", "eight_gpus"}) {
@@ -220,8 +349,10 @@ int main(int argc, char** argv) {
           const Json& block = scenario[config].value(layout, Json::object());
           if (!block.contains("worst_tenant")) continue;
           const Json& worst = block["worst_tenant"];
-          md << "\n" << config << " worst tenant: weight " << cell(worst["weight"]) << ", target share "
-             << cell(worst["target_share"]) << ", achieved " << cell(worst["achieved_share"]) << "\n";
+          md << "\n"
+             << config << " worst tenant: weight " << cell(worst["weight"]) << ", target share "
+             << cell(worst["target_share"]) << ", achieved " << cell(worst["achieved_share"])
+             << "\n";
         }
         md << "\n";
       }
@@ -231,7 +362,8 @@ int main(int argc, char** argv) {
     }
     std::vector<std::string> ratios;
     for (auto it = scenario.begin(); it != scenario.end(); ++it) {
-      if (it.value().is_number() && it.key() != "elapsed_s") ratios.push_back(it.key() + " = " + cell(it.value()));
+      if (it.value().is_number() && it.key() != "elapsed_s")
+        ratios.push_back(it.key() + " = " + cell(it.value()));
     }
     if (!ratios.empty()) {
       md << "\n";
@@ -242,6 +374,8 @@ int main(int argc, char** argv) {
     notes(scenario_notes, scenario, configs);
     if (!scenario_notes.str().empty()) md << "\nNotes:\n\n" << scenario_notes.str();
   }
+
+  if (all.contains("changes")) quanta::bench::comparison_markdown(md, all["changes"]);
 
   if (!analysis.empty()) {
     std::ifstream in(analysis);

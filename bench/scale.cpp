@@ -34,8 +34,9 @@ std::optional<double> number(const Json& obj, const char* key) {
 // Keeps the figures DESIGN.md names (plus context) out of a batch-mix result.
 Json summary(const Json& mix) {
   Json out = Json::object();
-  for (const char* key : {"max_share_error_pp", "handoff_p50_us", "handoff_p99_us", "arbiter_cpu_s_per_s", "utilization",
-                          "useful_per_s", "context_switches_per_s", "handoffs", "source", "note"}) {
+  for (const char* key : {"max_share_error_pp", "handoff_p50_us", "handoff_p99_us",
+                          "arbiter_cpu_s_per_s", "utilization", "useful_per_s",
+                          "context_switches_per_s", "handoffs", "admission", "source", "note"}) {
     if (mix.contains(key)) out[key] = mix[key];
   }
   // The tenant furthest from its target, so a large error can be read without the

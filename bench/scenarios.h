@@ -18,11 +18,14 @@ using Json = nlohmann::json;
 
 Json run_fairness(const Bench& bench);
 Json run_interactive(const Bench& bench);
+Json run_interactive8(const Bench& bench);
 Json run_overhead(const Bench& bench);
 Json run_handoff(const Bench& bench);
 Json run_launch_cost(const Bench& bench);
 Json run_memcap(const Bench& bench);
 Json run_scale(const Bench& bench);
+Json run_churn(const Bench& bench);
+Json run_soak(const Bench& bench);  // sets "failed" on any violation (quanta-bench exits 1)
 
 struct ScenarioEntry {
   const char* name;

@@ -25,8 +25,8 @@
 
 #include "handoff.skel.h"
 #include "histogram.h"
-#include "session.h"
 #include "tools.h"
+#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {
@@ -160,7 +160,10 @@ std::string checked_binary(const std::string& path) {
   const std::string binary = std::filesystem::absolute(path, ec).string();
   char magic[4] = {};
   std::ifstream file(binary, std::ios::binary);
-  if (!file.read(magic, sizeof magic) || std::memcmp(magic, "\x7f" "ELF", 4) != 0) {
+  if (!file.read(magic, sizeof magic) || std::memcmp(magic,
+                                                     "\x7f"
+                                                     "ELF",
+                                                     4) != 0) {
     throw TraceError("binary '" + binary + "' is not an ELF executable or shared library");
   }
   return binary;
@@ -220,8 +223,9 @@ int run_handoff(const HandoffOptions& options) {
     }
   }
   if (!grant_found) {
-    spdlog::info("no quanta:grant probe in the binaries given: holds are not shown (add "
-                 "--binary quanta-arbiter)");
+    spdlog::info(
+        "no quanta:grant probe in the binaries given: holds are not shown (add "
+        "--binary quanta-arbiter)");
   }
 
   std::vector<quanta_handoff_event> events;
@@ -233,7 +237,7 @@ int run_handoff(const HandoffOptions& options) {
 
   spdlog::info("Tracing quanta:* probes in {} for {} s (Ctrl-C to end)", fmt::join(binaries, ", "),
                options.duration_s);
-  const double elapsed = run_session(
+  const double elapsed = run_bounded(
       std::chrono::duration<double>(options.duration_s), options.pids, [&rb](int timeout_ms) {
         if (rb) {
           ring_buffer__poll(rb.get(), timeout_ms);

@@ -20,6 +20,14 @@ void Histogram::add(const Histogram& other) {
   sum_ns_ += other.sum_ns_;
 }
 
+void Histogram::record(uint64_t ns) {
+  int slot = ns == 0 ? 0 : 63 - __builtin_clzll(ns);
+  if (slot >= kSlots) slot = kSlots - 1;
+  ++slots_[slot];
+  ++count_;
+  sum_ns_ += ns;
+}
+
 double Histogram::percentile_ns(double q) const {
   uint64_t total = 0;
   for (uint64_t s : slots_) total += s;

@@ -19,6 +19,8 @@ class Histogram {
 
   void add(const quanta_hist& raw);
   void add(const Histogram& other);
+  // One value, bucketed as the BPF side does (bits.bpf.h).
+  void record(uint64_t ns);
 
   uint64_t count() const { return count_; }
   uint64_t sum_ns() const { return sum_ns_; }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
-/* Run-queue latency and off-CPU time of chosen processes, from the scheduler's BTF
- * tracepoints: wakeup (or preemption) to on-CPU, and switch-out to switch-in, as log2
- * histograms keyed by tgid. */
+/* Run-queue latency and off-CPU time of chosen processes, from the scheduler's tracepoints
+ * (BTF ones, raw ones where the kernel lacks them): wakeup (or preemption) to on-CPU, and
+ * switch-out to switch-in, as log2 histograms keyed by tgid. */
 // vmlinux.h comes first: the libbpf headers use the kernel types it defines.
 // clang-format off
 #include "vmlinux.h"
@@ -10,9 +10,8 @@
 #include <bpf/bpf_tracing.h>
 #include "bits.bpf.h"
 #include "offcpu.h"
+#include "task.bpf.h"
 // clang-format on
-
-#define TASK_RUNNING 0
 
 const volatile bool targ_filter = false; /* only tgids in `tgids`; else every process */
 
@@ -46,16 +45,6 @@ struct {
 } hists SEC(".maps");
 
 static struct quanta_hist zero_hist;
-
-/* Kernels before 5.14 named the field `state`; CO-RE picks whichever exists. */
-struct task_struct___pre514 {
-  long state;
-} __attribute__((preserve_access_index));
-
-static __always_inline long task_state(struct task_struct* t) {
-  if (bpf_core_field_exists(t->__state)) return BPF_CORE_READ(t, __state);
-  return BPF_CORE_READ((struct task_struct___pre514*)t, state);
-}
 
 static __always_inline bool traced(u32 tgid) {
   if (tgid == 0) return false; /* the idle task */
@@ -95,6 +84,27 @@ static __always_inline void finish(void* starts, u32 pid, u32 tgid, u32 kind, u6
   bpf_map_delete_elem(starts, &pid);
 }
 
+static __always_inline void on_switch(struct task_struct* prev, struct task_struct* next) {
+  u64 now = bpf_ktime_get_ns();
+  u32 prev_tgid = BPF_CORE_READ(prev, tgid);
+  u32 prev_pid = BPF_CORE_READ(prev, pid);
+  u32 next_tgid = BPF_CORE_READ(next, tgid);
+  u32 next_pid = BPF_CORE_READ(next, pid);
+
+  if (traced(prev_tgid)) {
+    bpf_map_update_elem(&off_start, &prev_pid, &now, BPF_ANY);
+    /* Preempted while runnable: it waits in the run queue from now on. */
+    if (quanta_task_state(prev) == QUANTA_TASK_RUNNING)
+      bpf_map_update_elem(&runq_start, &prev_pid, &now, BPF_ANY);
+  }
+  if (traced(next_tgid)) {
+    finish(&runq_start, next_pid, next_tgid, QUANTA_OFFCPU_RUNQ, now);
+    finish(&off_start, next_pid, next_tgid, QUANTA_OFFCPU_OFF, now);
+  }
+}
+
+/* BTF tracepoints where the kernel has them; raw tracepoints (same arguments, read with
+ * CO-RE) otherwise. User space loads one set and disables the other. */
 SEC("tp_btf/sched_wakeup")
 int BPF_PROG(handle_wakeup, struct task_struct* p) {
   mark_runnable(p);
@@ -109,22 +119,25 @@ int BPF_PROG(handle_wakeup_new, struct task_struct* p) {
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(handle_switch, bool preempt, struct task_struct* prev, struct task_struct* next) {
-  u64 now = bpf_ktime_get_ns();
-  u32 prev_tgid = BPF_CORE_READ(prev, tgid);
-  u32 prev_pid = BPF_CORE_READ(prev, pid);
-  u32 next_tgid = BPF_CORE_READ(next, tgid);
-  u32 next_pid = BPF_CORE_READ(next, pid);
+  on_switch(prev, next);
+  return 0;
+}
 
-  if (traced(prev_tgid)) {
-    bpf_map_update_elem(&off_start, &prev_pid, &now, BPF_ANY);
-    /* Preempted while runnable: it waits in the run queue from now on. */
-    if (task_state(prev) == TASK_RUNNING)
-      bpf_map_update_elem(&runq_start, &prev_pid, &now, BPF_ANY);
-  }
-  if (traced(next_tgid)) {
-    finish(&runq_start, next_pid, next_tgid, QUANTA_OFFCPU_RUNQ, now);
-    finish(&off_start, next_pid, next_tgid, QUANTA_OFFCPU_OFF, now);
-  }
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(handle_wakeup_raw, struct task_struct* p) {
+  mark_runnable(p);
+  return 0;
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(handle_wakeup_new_raw, struct task_struct* p) {
+  mark_runnable(p);
+  return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(handle_switch_raw, bool preempt, struct task_struct* prev, struct task_struct* next) {
+  on_switch(prev, next);
   return 0;
 }
 

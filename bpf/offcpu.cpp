@@ -17,8 +17,8 @@
 
 #include "histogram.h"
 #include "offcpu.skel.h"
-#include "session.h"
 #include "tools.h"
+#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {
@@ -70,6 +70,14 @@ int run_offcpu(const OffcpuOptions& options) {
   std::unique_ptr<offcpu_bpf, SkeletonDeleter> skel(offcpu_bpf__open());
   if (!skel) throw TraceError("cannot open the offcpu BPF object: " + errno_text(errno));
   skel->rodata->targ_filter = true;
+  // One set of scheduler programs is loaded: BTF tracepoints, or raw ones without them.
+  const bool btf = !options.raw_tracepoints && btf_tracepoint_usable("sched_switch");
+  bpf_program__set_autoload(skel->progs.handle_wakeup, btf);
+  bpf_program__set_autoload(skel->progs.handle_wakeup_new, btf);
+  bpf_program__set_autoload(skel->progs.handle_switch, btf);
+  bpf_program__set_autoload(skel->progs.handle_wakeup_raw, !btf);
+  bpf_program__set_autoload(skel->progs.handle_wakeup_new_raw, !btf);
+  bpf_program__set_autoload(skel->progs.handle_switch_raw, !btf);
   if (int err = offcpu_bpf__load(skel.get()); err != 0) {
     throw TraceError("cannot load the offcpu BPF programs (root and a BTF kernel >= 5.5 needed): " +
                      errno_text(err));
@@ -91,8 +99,13 @@ int run_offcpu(const OffcpuOptions& options) {
       {skel->progs.handle_wakeup, &skel->links.handle_wakeup, "tp_btf/sched_wakeup"},
       {skel->progs.handle_wakeup_new, &skel->links.handle_wakeup_new, "tp_btf/sched_wakeup_new"},
       {skel->progs.handle_switch, &skel->links.handle_switch, "tp_btf/sched_switch"},
+      {skel->progs.handle_wakeup_raw, &skel->links.handle_wakeup_raw, "raw_tp/sched_wakeup"},
+      {skel->progs.handle_wakeup_new_raw, &skel->links.handle_wakeup_new_raw,
+       "raw_tp/sched_wakeup_new"},
+      {skel->progs.handle_switch_raw, &skel->links.handle_switch_raw, "raw_tp/sched_switch"},
   };
   for (auto& a : attachments) {
+    if (!bpf_program__autoload(a.prog)) continue;
     *a.link = bpf_program__attach(a.prog);
     if (!*a.link)
       throw TraceError(std::string("cannot attach ") + a.what + ": " + errno_text(errno));
@@ -102,7 +115,7 @@ int run_offcpu(const OffcpuOptions& options) {
   for (pid_t pid : options.pids) pid_list += (pid_list.empty() ? "" : ",") + std::to_string(pid);
   spdlog::info("Tracing run-queue latency and off-CPU time of pid {} for {} s (Ctrl-C to end)",
                pid_list, options.duration_s);
-  const double elapsed = run_session(
+  const double elapsed = run_bounded(
       std::chrono::duration<double>(options.duration_s), options.pids,
       [](int timeout_ms) { std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms)); });
   offcpu_bpf__detach(skel.get());
@@ -118,6 +131,7 @@ int run_offcpu(const OffcpuOptions& options) {
     }
     nlohmann::json report = {{"tool", "offcpu"},
                              {"duration_s", elapsed},
+                             {"tracepoints", btf ? "tp_btf" : "raw_tp"},
                              {"pids", options.pids},
                              {"processes", std::move(processes)}};
     std::cout << report.dump(2) << std::endl;

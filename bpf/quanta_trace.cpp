@@ -1,6 +1,7 @@
-// quanta-trace: bounded eBPF tracing sessions for Quanta (off-CPU and run-queue latency of
-// tenants, GPU handoff latency from Quanta's USDT probes). Parses the command line and
-// hands over to one tool; every failure ends here as one line on stderr and exit code 1.
+// quanta-trace: bounded eBPF tracing sessions for Quanta (a node-wide session over every
+// arbiter, shim and driver user; off-CPU and run-queue latency of tenants; GPU handoff
+// latency from the probes of given binaries). Parses the command line and hands over to
+// one tool; every failure ends here as one line on stderr and exit code 1.
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -8,8 +9,8 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "session.h"
 #include "tools.h"
+#include "trace_run.h"
 
 int main(int argc, char** argv) {
   using namespace quanta::bpf;
@@ -53,12 +54,42 @@ int main(int argc, char** argv) {
   handoff_cmd->add_option("--prometheus", handoff.prometheus_file,
                           "Also write the histograms in Prometheus text format to FILE");
 
+  SessionOptions session;
+  auto* session_cmd = app.add_subcommand(
+      "session",
+      "Trace the whole node: every arbiter, libquanta.so and libcuda.so.1 user, found by itself");
+  session_cmd->add_option("-d,--duration", session.duration_s, "Seconds to trace (default 30)")
+      ->check(CLI::PositiveNumber);
+  session_cmd->add_option("--gpu", session.gpu, "Report only this GPU or MIG instance (UUID)");
+  session_cmd->add_option("--pod", session.pod, "Report only this pod (namespace/name)");
+  session_cmd->add_option("--perfetto", session.perfetto_file,
+                          "Write a Perfetto/Chrome trace (JSON) to FILE (open at ui.perfetto.dev)");
+  session_cmd->add_option("--svg", session.svg_file, "Write an SVG timeline to FILE");
+  session_cmd
+      ->add_option("--svg-window", session.svg_window_s,
+                   "Seconds the SVG shows (default: about forty quanta around the middle)")
+      ->check(CLI::NonNegativeNumber);
+  session_cmd->add_flag("--json", session.json, "Print one JSON object instead of text");
+  session_cmd->add_flag("!--no-driver", session.driver,
+                        "Do not attach uprobes to libcuda.so.1 (they cost ~1-2 us per launch)");
+
+  bool raw_tracepoints = false;
+  app.add_flag("--raw-tracepoints", raw_tracepoints,
+               "Attach raw scheduler tracepoints even where BTF ones work (the fallback for "
+               "kernels without them)");
+
+  // The global flags may also follow the tool's name.
+  for (CLI::App* tool : {offcpu_cmd, handoff_cmd, session_cmd}) tool->fallthrough();
+
   CLI11_PARSE(app, argc, argv);
+  offcpu.raw_tracepoints = raw_tracepoints;
+  session.raw_tracepoints = raw_tracepoints;
   if (verbose) spdlog::set_level(spdlog::level::debug);
   install_libbpf_logging(verbose);
 
   try {
     if (*offcpu_cmd) return run_offcpu(offcpu);
+    if (*session_cmd) return run_session(session);
     return run_handoff(handoff);
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());

@@ -1,96 +1,670 @@
-// The bounded tracing session shared by quanta-trace's tools, and libbpf's log hook.
+// quanta-trace session: finds what to trace on the node by itself (node_scan.h), loads
+// session.bpf.c (open -> read-only config -> load -> attach), attaches the scheduler
+// tracepoints, Quanta's USDT probes in every arbiter and libquanta.so, and uprobes in
+// every libcuda.so.1, keeps looking for new ones while it runs, then hands a SessionView
+// to the outputs (session_report.h, perfetto.h, svg_timeline.h).
 #include "session.h"
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <csignal>
-#include <cstdarg>
-#include <cstdio>
-#include <cstring>
+#include <chrono>
+#include <ctime>
 #include <fstream>
-#include <string>
-#include <thread>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "arbiter_client.h"
+#include "elf_symbols.h"
+#include "node_scan.h"
+#include "nvml_processes.h"
+#include "perfetto.h"
+#include "pod_names.h"
+#include "session.skel.h"
+#include "session_report.h"
+#include "session_view.h"
+#include "svg_timeline.h"
+#include "tools.h"
+#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {
 
-volatile std::sig_atomic_t g_stop = 0;
+struct SkeletonDeleter {
+  void operator()(session_bpf* skel) const { session_bpf__destroy(skel); }
+};
+struct LinkDeleter {
+  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
+};
+struct RingBufferDeleter {
+  void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
+};
 
-void on_stop_signal(int) {
-  g_stop = 1;
+uint64_t monotonic_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool verbose_libbpf = false;
+const char* const kShimProbes[] = {"gate_wait_begin", "gate_wait_end", "drain_begin", "release"};
+const char* const kArbiterProbes[] = {"grant", "revoke", "released", "pass_over", "slot_freed"};
 
-int libbpf_log(enum libbpf_print_level level, const char* format, va_list args) {
-  if (!verbose_libbpf) return 0;
-  char line[1024];
-  std::vsnprintf(line, sizeof line, format, args);
-  std::string text(line);
-  while (!text.empty() && text.back() == '\n') text.pop_back();
-  if (level == LIBBPF_WARN) {
-    spdlog::warn("{}", text);  // libbpf prefixes its own name
-  } else {
-    spdlog::debug("{}", text);
-  }
+const char* const kCounterNames[QUANTA_CNT_COUNT] = {
+    "gate_wait_begin", "gate_wait_end", "drain_begin",  "release",      "grant",
+    "revoke",          "released",      "pass_over",    "slot_freed",   "launch",
+    "event_record",    "sync",          "sync_return",  "query_return", "sched_wakeup",
+    "sched_switch",    "events_lost",   "procs_dropped"};
+
+// What each libcuda.so.1 entry point means to the session. Submissions are the calls the
+// shim gates (kernels, graphs, memsets, device-to-device copies), so launch-to-completion
+// compares like for like with and without the shim.
+enum class DriverRole { kLaunch, kRecord, kSyncAll, kSyncEvent, kQueryAll, kQueryEvent };
+struct DriverEntry {
+  const char* symbol;
+  DriverRole role;
+};
+const DriverEntry kDriverEntries[] = {
+    {"cuLaunchKernel", DriverRole::kLaunch},
+    {"cuLaunchKernel_ptsz", DriverRole::kLaunch},
+    {"cuLaunchKernelEx", DriverRole::kLaunch},
+    {"cuLaunchKernelEx_ptsz", DriverRole::kLaunch},
+    {"cuLaunchCooperativeKernel", DriverRole::kLaunch},
+    {"cuLaunchCooperativeKernel_ptsz", DriverRole::kLaunch},
+    {"cuLaunchCooperativeKernelMultiDevice", DriverRole::kLaunch},
+    {"cuGraphLaunch", DriverRole::kLaunch},
+    {"cuGraphLaunch_ptsz", DriverRole::kLaunch},
+    {"cuMemsetD8_v2", DriverRole::kLaunch},
+    {"cuMemsetD16_v2", DriverRole::kLaunch},
+    {"cuMemsetD32_v2", DriverRole::kLaunch},
+    {"cuMemsetD8Async", DriverRole::kLaunch},
+    {"cuMemsetD16Async", DriverRole::kLaunch},
+    {"cuMemsetD32Async", DriverRole::kLaunch},
+    {"cuMemsetD2D8_v2", DriverRole::kLaunch},
+    {"cuMemsetD2D16_v2", DriverRole::kLaunch},
+    {"cuMemsetD2D32_v2", DriverRole::kLaunch},
+    {"cuMemcpyDtoD_v2", DriverRole::kLaunch},
+    {"cuMemcpyDtoDAsync_v2", DriverRole::kLaunch},
+    {"cuEventRecord", DriverRole::kRecord},
+    {"cuEventRecord_ptsz", DriverRole::kRecord},
+    {"cuEventRecordWithFlags", DriverRole::kRecord},
+    {"cuEventRecordWithFlags_ptsz", DriverRole::kRecord},
+    {"cuCtxSynchronize", DriverRole::kSyncAll},
+    {"cuStreamSynchronize", DriverRole::kSyncAll},
+    {"cuStreamSynchronize_ptsz", DriverRole::kSyncAll},
+    {"cuEventSynchronize", DriverRole::kSyncEvent},
+    {"cuStreamQuery", DriverRole::kQueryAll},
+    {"cuStreamQuery_ptsz", DriverRole::kQueryAll},
+    {"cuEventQuery", DriverRole::kQueryEvent},
+};
+
+class Tracer {
+ public:
+  explicit Tracer(const SessionOptions& options) : options_(options) {}
+
+  void start();
+  void run();
+  SessionView finish();
+
+ private:
+  struct Arbiter {
+    ArbiterView view;
+    std::set<FileId> shm;
+    std::optional<nlohmann::json> first_status;
+    std::optional<nlohmann::json> last_status;
+  };
+
+  static int on_event(void* ctx, void* data, size_t size);
+  void scan_new_processes();
+  void consider(const ProcessScan& scan);
+  FoundFile& found(const std::string& kind, const MappedFile& file, bool* is_new);
+  void attach_usdt(const MappedFile& file, const char* const* probes, size_t count,
+                   bpf_program* const* programs);
+  void adopt(const std::string& kind, const MappedFile& file, uint32_t pid);
+  void attach_driver(const MappedFile& file);
+  void refresh_arbiter(Arbiter& arbiter);
+  void resolve(uint32_t tgid);
+  void link_tenants();
+
+  const SessionOptions& options_;
+  std::unique_ptr<session_bpf, SkeletonDeleter> skel_;
+  std::unique_ptr<ring_buffer, RingBufferDeleter> ring_;
+  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
+  std::map<FileId, size_t> files_;  // index in view_.files
+  std::set<pid_t> scanned_;
+  std::map<pid_t, Arbiter> arbiters_;
+  std::map<pid_t, std::set<FileId>> tenant_shm_;
+  std::map<uint32_t, uint32_t> arbiter_of_;
+  std::set<uint32_t> managed_;
+  std::map<uint32_t, PodName> names_;
+  std::map<uint32_t, std::string> comms_;
+  std::vector<quanta_session_event> events_;
+  std::set<uint32_t> unresolved_;
+  NvmlProcesses nvml_;
+  SessionView view_;
+  uint64_t start_ns_ = 0;
+  uint64_t last_scan_ns_ = 0;
+  bool btf_ = true;
+  const uint32_t self_ = static_cast<uint32_t>(::getpid());
+};
+
+int Tracer::on_event(void* ctx, void* data, size_t size) {
+  auto* self = static_cast<Tracer*>(ctx);
+  if (size < sizeof(quanta_session_event)) return 0;
+  const auto& e = *static_cast<const quanta_session_event*>(data);
+  if (e.tgid == self->self_) return 0;
+  self->events_.push_back(e);
+  if (!self->names_.count(e.tgid)) self->unresolved_.insert(e.tgid);
+  if (e.kind == QUANTA_EV_GATE_WAIT_BEGIN || e.kind == QUANTA_EV_GATE_WAIT_END ||
+      e.kind == QUANTA_EV_DRAIN_BEGIN || e.kind == QUANTA_EV_RELEASE)
+    self->managed_.insert(e.tgid);
   return 0;
 }
 
-// A zombie still answers kill(pid, 0), yet it will never run again: count it as gone.
-bool process_alive(pid_t pid) {
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string content;
-  if (!std::getline(stat, content)) return false;
-  const auto close = content.rfind(')');
-  return close == std::string::npos || close + 2 >= content.size() || content[close + 2] != 'Z';
+FoundFile& Tracer::found(const std::string& kind, const MappedFile& file, bool* is_new) {
+  auto it = files_.find(file.id);
+  *is_new = it == files_.end();
+  if (*is_new) {
+    view_.files.push_back(FoundFile{kind, file.path, file.open_path, {}});
+    it = files_.emplace(file.id, view_.files.size() - 1).first;
+  }
+  return view_.files[it->second];
+}
+
+void Tracer::attach_usdt(const MappedFile& file, const char* const* probes, size_t count,
+                         bpf_program* const* programs) {
+  std::string absent;
+  for (size_t i = 0; i < count; ++i) {
+    AttachRecord record{std::string("usdt quanta:") + probes[i], file.path, 0, {}};
+    bpf_link* link = bpf_program__attach_usdt(programs[i], -1, file.open_path.c_str(), "quanta",
+                                              probes[i], nullptr);
+    if (link) {
+      links_.emplace_back(link);
+      record.links = 1;
+    } else {
+      const int err = errno;
+      record.error = err == ENOENT ? "not in this build" : errno_text(err);
+      if (err == ENOENT) {
+        absent += (absent.empty() ? "quanta:" : ", quanta:") + std::string(probes[i]);
+      } else {
+        spdlog::warn("cannot attach USDT probe quanta:{} in {} (opened as {}): {}", probes[i],
+                     file.path, file.open_path, record.error);
+      }
+    }
+    view_.attached.push_back(record);
+  }
+  if (!absent.empty()) {
+    view_.notes.push_back(file.path + " is an older build without " + absent +
+                          ": what those measure is missing for its processes");
+  }
+}
+
+void Tracer::attach_driver(const MappedFile& file) {
+  std::map<std::string, uint64_t> offsets;
+  try {
+    offsets = elf_function_offsets(file.open_path);
+  } catch (const TraceError& e) {
+    spdlog::warn("cannot read the symbols of {}: {}", file.path, e.what());
+    view_.attached.push_back(AttachRecord{"uprobe libcuda entry points", file.path, 0, e.what()});
+    return;
+  }
+  std::set<uint64_t> taken;  // aliases share an address: one probe per address
+  for (const DriverEntry& entry : kDriverEntries) {
+    auto at = offsets.find(entry.symbol);
+    if (at == offsets.end() || !taken.insert(at->second).second) continue;
+    bpf_program* entry_prog = nullptr;
+    bool returns = false;
+    switch (entry.role) {
+      case DriverRole::kLaunch:
+        entry_prog = skel_->progs.driver_launch;
+        break;
+      case DriverRole::kRecord:
+        entry_prog = skel_->progs.driver_event_record;
+        break;
+      case DriverRole::kSyncAll:
+        entry_prog = skel_->progs.driver_sync_all;
+        returns = true;
+        break;
+      case DriverRole::kSyncEvent:
+        entry_prog = skel_->progs.driver_sync_event;
+        returns = true;
+        break;
+      case DriverRole::kQueryAll:
+        entry_prog = skel_->progs.driver_query_all;
+        returns = true;
+        break;
+      case DriverRole::kQueryEvent:
+        entry_prog = skel_->progs.driver_query_event;
+        returns = true;
+        break;
+    }
+    for (int ret = 0; ret <= (returns ? 1 : 0); ++ret) {
+      bpf_program* prog = ret ? skel_->progs.driver_sync_return : entry_prog;
+      AttachRecord record{
+          std::string(ret ? "uretprobe " : "uprobe ") + entry.symbol, file.path, 0, {}};
+      bpf_link* link = bpf_program__attach_uprobe(prog, ret != 0, -1, file.open_path.c_str(),
+                                                  static_cast<size_t>(at->second));
+      if (link) {
+        links_.emplace_back(link);
+        record.links = 1;
+      } else {
+        record.error = errno_text(errno);
+        spdlog::warn("cannot attach {} {} in {}: {}", ret ? "uretprobe" : "uprobe", entry.symbol,
+                     file.path, record.error);
+      }
+      view_.attached.push_back(record);
+    }
+  }
+}
+
+void Tracer::consider(const ProcessScan& scan) {
+  const uint32_t pid = static_cast<uint32_t>(scan.pid);
+  if (pid == self_) return;
+  bool is_new = false;
+  if (scan.arbiter && scan.executable) {
+    FoundFile& file = found("arbiter", *scan.executable, &is_new);
+    file.pids.insert(pid);
+    if (is_new) {
+      bpf_program* programs[] = {skel_->progs.grant, skel_->progs.revoke, skel_->progs.released,
+                                 skel_->progs.pass_over, skel_->progs.slot_freed};
+      attach_usdt(*scan.executable, kArbiterProbes, 5, programs);
+    }
+    if (!arbiters_.count(scan.pid)) {
+      // The shim installed beside the arbiter is attached before any tenant maps it, so
+      // tenants that start during the session are traced from their first launch.
+      const std::string root = "/proc/" + std::to_string(scan.pid) + "/root";
+      const std::string dir = scan.executable->path.substr(0, scan.executable->path.rfind('/'));
+      for (const char* relative :
+           {"/../lib/libquanta.so", "/../lib/quanta/libquanta.so", "/libquanta.so"}) {
+        if (auto shim = file_at(root, dir + relative)) adopt("shim", *shim, 0);
+      }
+      Arbiter& arbiter = arbiters_[scan.pid];
+      arbiter.view.pid = pid;
+      arbiter.view.binary = scan.executable->path;
+      const uint8_t yes = 1;
+      bpf_map_update_elem(bpf_map__fd(skel_->maps.arbiters), &pid, &yes, BPF_ANY);
+      if (auto socket = find_admin_socket(scan.pid)) {
+        arbiter.view.admin_socket = *socket;
+      } else {
+        arbiter.view.status_error = "no listening admin socket found";
+      }
+      refresh_arbiter(arbiter);
+      arbiter.first_status = arbiter.last_status;
+    }
+    arbiters_[scan.pid].shm = scan.shm;
+  }
+  if (scan.shim) {
+    adopt("shim", *scan.shim, pid);
+    managed_.insert(pid);
+    tenant_shm_[scan.pid] = scan.shm;
+  }
+  if (scan.driver) adopt("driver", *scan.driver, pid);
+  if ((scan.shim || scan.driver) && !names_.count(pid)) {
+    names_[pid] = pod_of_process(scan.pid);
+    comms_[pid] = scan.comm;
+  }
+}
+
+void Tracer::adopt(const std::string& kind, const MappedFile& mapped, uint32_t pid) {
+  if (kind == "driver" && !options_.driver) return;
+  bool is_new = false;
+  FoundFile& file = found(kind, mapped, &is_new);
+  if (pid != 0) file.pids.insert(pid);
+  if (!is_new) return;
+  if (kind == "shim") {
+    bpf_program* programs[] = {skel_->progs.gate_wait_begin, skel_->progs.gate_wait_end,
+                               skel_->progs.drain_begin, skel_->progs.release};
+    attach_usdt(mapped, kShimProbes, 4, programs);
+  } else {
+    attach_driver(mapped);
+  }
+}
+
+void Tracer::scan_new_processes() {
+  std::set<pid_t> alive;
+  for (pid_t pid : list_pids()) {
+    alive.insert(pid);
+    // Arbiters map pod regions as pods come: looked at again every time.
+    if (scanned_.count(pid) && !arbiters_.count(pid)) continue;
+    scanned_.insert(pid);
+    if (auto scan = scan_process(pid)) consider(*scan);
+  }
+  // Forget exited pids so a reused pid is looked at afresh.
+  for (auto it = scanned_.begin(); it != scanned_.end();) {
+    it = alive.count(*it) ? std::next(it) : scanned_.erase(it);
+  }
+}
+
+void Tracer::refresh_arbiter(Arbiter& arbiter) {
+  if (arbiter.view.admin_socket.empty()) return;
+  std::string error;
+  auto status =
+      query_status(static_cast<pid_t>(arbiter.view.pid), arbiter.view.admin_socket, &error);
+  if (!status) {
+    if (arbiter.view.status_error.empty()) spdlog::warn("{}", error);
+    arbiter.view.status_error = error;
+    return;
+  }
+  arbiter.view.status_error.clear();
+  arbiter.view.scope = status->value("scope", "");
+  for (const auto& gpu : status->value("gpus", nlohmann::json::array())) {
+    for (const auto& tenant : gpu.value("tenants", nlohmann::json::array())) {
+      const uint32_t pid = tenant.value("pid", 0u);
+      if (pid == 0) continue;
+      names_[pid] = PodName{tenant.value("pod", ""), "arbiter"};
+      arbiter_of_[pid] = arbiter.view.pid;
+      managed_.insert(pid);
+    }
+  }
+  arbiter.last_status = std::move(status);
+}
+
+void Tracer::resolve(uint32_t tgid) {
+  if (names_.count(tgid)) return;
+  if (auto scan = scan_process(static_cast<pid_t>(tgid))) {
+    scanned_.insert(static_cast<pid_t>(tgid));
+    consider(*scan);
+  }
+  if (!names_.count(tgid)) {
+    names_[tgid] = pod_of_process(static_cast<pid_t>(tgid));
+    comms_[tgid] = process_comm(static_cast<pid_t>(tgid));
+  }
+}
+
+// A tenant belongs to the arbiter whose shared-memory regions it maps.
+void Tracer::link_tenants() {
+  for (const auto& [pid, shm] : tenant_shm_) {
+    if (arbiter_of_.count(static_cast<uint32_t>(pid))) continue;
+    for (const auto& [arbiter_pid, arbiter] : arbiters_) {
+      const bool shares = std::any_of(shm.begin(), shm.end(),
+                                      [&](const FileId& id) { return arbiter.shm.count(id) != 0; });
+      if (shares) {
+        arbiter_of_[static_cast<uint32_t>(pid)] = static_cast<uint32_t>(arbiter_pid);
+        break;
+      }
+    }
+  }
+}
+
+void Tracer::start() {
+  start_ns_ = monotonic_ns();  // before anything is attached: every event comes after it
+  skel_.reset(session_bpf__open());
+  if (!skel_) throw TraceError("cannot open the session BPF object: " + errno_text(errno));
+  skel_->rodata->sync_events = !options_.perfetto_file.empty() || !options_.svg_file.empty();
+  btf_ = !options_.raw_tracepoints && btf_tracepoint_usable("sched_switch");
+  view_.tracepoints = btf_ ? "tp_btf" : "raw_tp";
+  bpf_program__set_autoload(skel_->progs.sched_wakeup_btf, btf_);
+  bpf_program__set_autoload(skel_->progs.sched_switch_btf, btf_);
+  bpf_program__set_autoload(skel_->progs.sched_wakeup_raw, !btf_);
+  bpf_program__set_autoload(skel_->progs.sched_switch_raw, !btf_);
+  if (int err = session_bpf__load(skel_.get()); err != 0) {
+    throw TraceError("cannot load the session BPF programs (root and kernel BTF needed): " +
+                     errno_text(err));
+  }
+  struct {
+    bpf_program* prog;
+    const char* name;
+  } tracepoints[] = {
+      {btf_ ? skel_->progs.sched_wakeup_btf : skel_->progs.sched_wakeup_raw, "sched_wakeup"},
+      {btf_ ? skel_->progs.sched_switch_btf : skel_->progs.sched_switch_raw, "sched_switch"},
+  };
+  for (const auto& tp : tracepoints) {
+    bpf_link* link = bpf_program__attach(tp.prog);
+    const std::string what = std::string(btf_ ? "tp_btf/" : "raw_tp/") + tp.name;
+    if (!link) throw TraceError("cannot attach " + what + ": " + errno_text(errno));
+    links_.emplace_back(link);
+    view_.attached.push_back(AttachRecord{"tracepoint " + what, "", 1, {}});
+  }
+  ring_.reset(ring_buffer__new(bpf_map__fd(skel_->maps.events), on_event, this, nullptr));
+  if (!ring_) throw TraceError("cannot open the event ring buffer: " + errno_text(errno));
+
+  // Libraries the loader would hand a new process, attached before any process maps them.
+  for (const std::string& path : loader_paths("libquanta.so")) {
+    if (auto shim = file_at("/", path)) adopt("shim", *shim, 0);
+  }
+  for (const std::string& path : loader_paths("libcuda.so.1")) {
+    if (auto driver = file_at("/", path)) adopt("driver", *driver, 0);
+  }
+  scan_new_processes();
+  link_tenants();
+  nvml_.refresh();
+  // The arbiters' counters once every probe found so far is attached: the session's baseline.
+  for (auto& [pid, arbiter] : arbiters_) {
+    refresh_arbiter(arbiter);
+    arbiter.first_status = arbiter.last_status;
+  }
+  last_scan_ns_ = monotonic_ns();
+  size_t shims = 0, drivers = 0, users = 0;
+  for (const auto& file : view_.files) {
+    shims += file.kind == "shim";
+    drivers += file.kind == "driver";
+    users += file.kind != "arbiter" ? file.pids.size() : 0;
+  }
+  spdlog::info(
+      "Tracing for {} s (Ctrl-C to end): {} arbiter(s), {} libquanta.so and {} libcuda.so.1 "
+      "file(s), {} process(es) using them; scheduler tracepoints {}",
+      options_.duration_s, arbiters_.size(), shims, drivers, users, view_.tracepoints);
+}
+
+void Tracer::run() {
+  view_.duration_s =
+      run_bounded(std::chrono::duration<double>(options_.duration_s), {}, [this](int timeout_ms) {
+        ring_buffer__poll(ring_.get(), timeout_ms);
+        for (uint32_t tgid : std::set<uint32_t>(unresolved_)) resolve(tgid);
+        unresolved_.clear();
+        const uint64_t now = monotonic_ns();
+        if (now - last_scan_ns_ >= 250000000ull) {
+          last_scan_ns_ = now;
+          scan_new_processes();
+          for (auto& [pid, arbiter] : arbiters_) refresh_arbiter(arbiter);
+          nvml_.refresh();
+        }
+        link_tenants();
+      });
+}
+
+SessionView Tracer::finish() {
+  const uint64_t end_ns = monotonic_ns();
+  links_.clear();  // detach: nothing fires after this
+  ring_buffer__consume(ring_.get());
+  for (uint32_t tgid : std::set<uint32_t>(unresolved_)) resolve(tgid);
+  for (auto& [pid, arbiter] : arbiters_) refresh_arbiter(arbiter);
+  nvml_.refresh();
+  link_tenants();
+
+  // Counters, summed over CPUs.
+  const int cpus = std::max(libbpf_num_possible_cpus(), 1);
+  std::vector<uint64_t> per_cpu(static_cast<size_t>(cpus));
+  std::vector<uint64_t> counters(QUANTA_CNT_COUNT, 0);
+  for (uint32_t i = 0; i < QUANTA_CNT_COUNT; ++i) {
+    if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.counters), &i, per_cpu.data()) != 0) continue;
+    for (uint64_t v : per_cpu) counters[i] += v;
+  }
+  for (uint32_t i = 0; i < QUANTA_CNT_COUNT; ++i)
+    view_.probes_fired[kCounterNames[i]] = counters[i];
+  view_.events_lost = counters[QUANTA_CNT_EVENTS_LOST];
+  view_.procs_dropped = counters[QUANTA_CNT_PROCS_DROPPED];
+  view_.events = events_.size();
+  if (view_.events_lost) {
+    view_.notes.push_back(std::to_string(view_.events_lost) +
+                          " events did not fit the ring buffer: switches and timelines miss them");
+  }
+
+  // The model.
+  ModelInput input;
+  input.events = events_;
+  for (const auto& [pid, arbiter] : arbiters_) input.arbiters.insert(static_cast<uint32_t>(pid));
+  input.arbiter_of = arbiter_of_;
+  input.start_ns = start_ns_;
+  input.end_ns = end_ns;
+  for (const auto& [pid, arbiter] : arbiters_) {
+    if (!arbiter.first_status) continue;
+    for (const auto& gpu : arbiter.first_status->value("gpus", nlohmann::json::array())) {
+      const auto& holder = gpu.value("holder", nlohmann::json());
+      if (holder.is_object() && holder.contains("slot"))
+        input.seed_holders[GpuKey{static_cast<uint32_t>(pid), gpu.value("index", 0u)}] =
+            holder.value("slot", 0u);
+    }
+  }
+  view_.model = build_model(std::move(input));
+  if (view_.model.unattributed) {
+    view_.notes.push_back(std::to_string(view_.model.unattributed) +
+                          " shim events came from processes whose arbiter was not found");
+  }
+
+  // GPUs and the arbiter's own counters over the session.
+  for (auto& [pid, arbiter] : arbiters_) {
+    view_.arbiters.push_back(arbiter.view);
+    if (!arbiter.last_status) continue;
+    std::map<uint32_t, nlohmann::json> first;
+    if (arbiter.first_status) {
+      for (const auto& gpu : arbiter.first_status->value("gpus", nlohmann::json::array()))
+        first[gpu.value("index", 0u)] = gpu;
+    }
+    for (const auto& gpu : arbiter.last_status->value("gpus", nlohmann::json::array())) {
+      const GpuKey key{static_cast<uint32_t>(pid), gpu.value("index", 0u)};
+      GpuView& view = view_.gpus[key];
+      view.key = key;
+      view.uuid = gpu.value("uuid", "");
+      view.scope = arbiter.view.scope;
+      auto before = first.find(key.index);
+      if (before != first.end() && gpu.contains("switches") &&
+          before->second.contains("switches")) {
+        view.arbiter_grants =
+            gpu.value("grants", uint64_t{0}) - before->second.value("grants", uint64_t{0});
+        view.arbiter_switches =
+            gpu.value("switches", uint64_t{0}) - before->second.value("switches", uint64_t{0});
+      }
+      if (!view_.model.gpus.count(key)) view_.model.gpus[key].key = key;
+    }
+  }
+  for (const auto& [key, gpu] : view_.model.gpus) {
+    if (!view_.gpus.count(key)) view_.gpus[key].key = key;
+  }
+
+  // Processes: who they are, their GPUs, their driver statistics.
+  auto process = [&](uint32_t tgid) -> ProcessView& {
+    ProcessView& p = view_.processes[tgid];
+    if (p.pid == 0) {
+      p.pid = tgid;
+      auto name = names_.find(tgid);
+      if (name != names_.end()) {
+        p.pod = name->second.pod;
+        p.pod_source = name->second.source;
+      }
+      auto comm = comms_.find(tgid);
+      p.comm = comm != comms_.end() ? comm->second : process_comm(static_cast<pid_t>(tgid));
+      p.managed = managed_.count(tgid) != 0;
+    }
+    return p;
+  };
+  for (const auto& [key, gpu] : view_.model.gpus) {
+    const std::string& uuid = view_.gpus[key].uuid;
+    auto note_gpu = [&](uint32_t tgid) {
+      if (tgid != 0 && !uuid.empty()) process(tgid).gpus.insert(uuid);
+      if (tgid != 0) process(tgid);
+    };
+    for (const auto& hold : gpu.holds) note_gpu(hold.tgid);
+    for (const auto& wait : gpu.waits) note_gpu(wait.tgid);
+  }
+  const int hists_fd = bpf_map__fd(skel_->maps.driver_hists);
+  quanta_driver_key key{}, next{};
+  quanta_driver_key* prev = nullptr;
+  while (bpf_map_get_next_key(hists_fd, prev, &next) == 0) {
+    quanta_hist raw{};
+    if (next.tgid != self_ && bpf_map_lookup_elem(hists_fd, &next, &raw) == 0) {
+      ProcessView& p = process(next.tgid);
+      (next.kind == QUANTA_DRIVER_LAUNCH_TO_COMPLETION ? p.launch_to_completion : p.sync_wait)
+          .add(raw);
+    }
+    key = next;
+    prev = &key;
+  }
+  const int procs_fd = bpf_map__fd(skel_->maps.procs);
+  uint32_t tgid_key = 0, tgid_next = 0;
+  uint32_t* tgid_prev = nullptr;
+  while (bpf_map_get_next_key(procs_fd, tgid_prev, &tgid_next) == 0) {
+    quanta_driver_proc raw{};
+    if (tgid_next != self_ && bpf_map_lookup_elem(procs_fd, &tgid_next, &raw) == 0) {
+      ProcessView& p = process(tgid_next);
+      p.launches = raw.launched;
+      p.syncs = raw.syncs;
+    }
+    tgid_key = tgid_next;
+    tgid_prev = &tgid_key;
+  }
+  for (const auto& e : events_) {
+    if (e.kind != QUANTA_EV_SYNC) continue;
+    process(e.tgid).spans.push_back(SyncSpan{e.tid, e.a, e.ts_ns, e.b, e.c, e.slot != 0});
+  }
+  for (auto& [tgid, p] : view_.processes) {
+    if (p.gpus.empty()) {
+      auto nvml = nvml_.gpus_by_pid().find(static_cast<pid_t>(tgid));
+      if (nvml != nvml_.gpus_by_pid().end()) p.gpus = nvml->second;
+    }
+  }
+  if (!nvml_.available()) view_.notes.push_back(nvml_.note());
+  if (view_.procs_dropped) {
+    view_.notes.push_back(std::to_string(view_.procs_dropped) +
+                          " driver calls came from processes beyond the " +
+                          std::to_string(QUANTA_SESSION_MAX_PROCS) + " the session keeps");
+  }
+  if (arbiters_.empty()) view_.notes.push_back("no quanta-arbiter runs on this node");
+  return std::move(view_);
+}
+
+void check_options(const SessionOptions& options) {
+  if (!options.gpu.empty() && options.gpu.rfind("GPU-", 0) != 0 &&
+      options.gpu.rfind("MIG-", 0) != 0) {
+    throw TraceError("--gpu '" + options.gpu +
+                     "' is not a GPU or MIG UUID: want GPU-... or MIG-..., as nvidia-smi -L and "
+                     "quantactl status show them");
+  }
+  if (!options.pod.empty() && options.pod.find('/') == std::string::npos &&
+      options.pod.rfind("uid:", 0) != 0) {
+    throw TraceError("--pod '" + options.pod +
+                     "': want namespace/name (or uid:<pod uid>), as quantactl status shows pods");
+  }
+  if (options.svg_window_s < 0)
+    throw TraceError("--svg-window must be 0 (automatic) or more seconds");
+}
+
+void write_file(const std::string& path, const std::string& text, const char* what) {
+  std::ofstream out(path);
+  if (!out)
+    throw TraceError(std::string("cannot write the ") + what + " to " + path + ": " +
+                     errno_text(errno));
+  out << text;
+  if (!out.flush()) throw TraceError(std::string("cannot write the ") + what + " to " + path);
 }
 
 }  // namespace
 
-void install_libbpf_logging(bool verbose) {
-  verbose_libbpf = verbose;
-  libbpf_set_print(libbpf_log);
-}
-
-std::string errno_text(int err) {
-  if (err < 0) err = -err;
-  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
-
-void require_processes(const std::vector<pid_t>& pids) {
-  for (pid_t pid : pids) {
-    if (pid <= 0 || !process_alive(pid)) {
-      throw TraceError("no running process with pid " + std::to_string(pid));
-    }
+int run_session(const SessionOptions& options) {
+  check_options(options);
+  Tracer tracer(options);
+  tracer.start();
+  tracer.run();
+  SessionView view = tracer.finish();
+  view.gpu_filter = options.gpu;
+  view.pod_filter = options.pod;
+  view.perfetto_file = options.perfetto_file;
+  view.svg_file = options.svg_file;
+  if (!options.perfetto_file.empty())
+    write_file(options.perfetto_file, perfetto_trace(view).dump() + "\n", "Perfetto trace");
+  if (!options.svg_file.empty())
+    write_file(options.svg_file, svg_timeline(view, options.svg_window_s), "SVG timeline");
+  if (options.json) {
+    std::cout << report_json(view).dump(2) << std::endl;
+  } else {
+    print_report(view, std::cout);
   }
-}
-
-double run_session(std::chrono::duration<double> duration, const std::vector<pid_t>& pids,
-                   const std::function<void(int timeout_ms)>& poll) {
-  g_stop = 0;
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
-
-  using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  const auto deadline = start + std::chrono::duration_cast<Clock::duration>(duration);
-  while (!g_stop) {
-    const auto now = Clock::now();
-    if (now >= deadline) break;
-    if (!pids.empty()) {
-      bool any_alive = false;
-      for (pid_t pid : pids) any_alive = any_alive || process_alive(pid);
-      if (!any_alive) break;
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    poll(static_cast<int>(std::min<long long>(left.count() + 1, 100)));
-  }
-  return std::chrono::duration<double>(Clock::now() - start).count();
+  return 0;
 }
 
 }  // namespace quanta::bpf

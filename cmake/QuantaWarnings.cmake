@@ -9,3 +9,15 @@ if(QUANTA_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)
 endif()
+
+# ThreadSanitizer (`make test-tsan`): the arbiter (its loop and helper threads), the
+# common code and the shim's data structures in their unit tests. The shim library itself
+# stays uninstrumented (shim/CMakeLists.txt strips every -fsanitize flag).
+option(QUANTA_TSAN "Build with ThreadSanitizer" OFF)
+if(QUANTA_TSAN)
+  if(QUANTA_SANITIZE)
+    message(FATAL_ERROR "QUANTA_TSAN and QUANTA_SANITIZE (ASan) cannot be combined")
+  endif()
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()

@@ -98,6 +98,17 @@ typedef struct nvmlUtilization_st {
   unsigned int memory; /* percent of the sample period memory was read or written */
 } nvmlUtilization_t;
 
+/* One sample of nvmlDeviceGetProcessUtilization: percentages over the sample's period;
+ * timeStamp is CPU time (CLOCK_REALTIME) in microseconds. */
+typedef struct nvmlProcessUtilizationSample_st {
+  unsigned int pid;
+  unsigned long long timeStamp;
+  unsigned int smUtil;
+  unsigned int memUtil;
+  unsigned int encUtil;
+  unsigned int decUtil;
+} nvmlProcessUtilizationSample_t;
+
 nvmlReturn_t nvmlInit(void); /* legacy v1 */
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlInitWithFlags(unsigned int flags);
@@ -112,6 +123,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t* device
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device);
 nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device);
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index);
+/* N of the GPU's /dev/nvidia<N> (a MIG instance answers its GPU's) */
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minorNumber);
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length);
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory);
@@ -123,6 +136,13 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsign
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
                                                      nvmlProcessInfo_t* infos);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
+/* Samples newer than lastSeenTimeStamp (0: all kept); utilization NULL asks for the count. */
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int* isMigDevice);
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@ struct Policy {
   uint32_t weight = 1;
   Priority priority = Priority::kBatch;
   uint32_t max_share_ppm = kShareScale;  // 1.0 = no ceiling
+  uint32_t min_share_ppm = 0;            // guaranteed share while it wants the GPU; 0 = none
   uint64_t memory_limit = 0;             // bytes per GPU for the whole pod; 0 = none
   uint64_t quantum_ns = 0;               // preferred quantum; 0 = node default
 };

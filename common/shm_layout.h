@@ -1,7 +1,8 @@
 // Shared-memory layout between quanta-arbiter and libquanta.so: the per-GPU control
 // region (arbiter writes, tenants map it read-only) and the per-pod region (the pod's
-// processes write requests, releases, statistics and ledger words). Fixed layout, magic
-// and version first; every field has one writer. Freestanding: no heap, no std::string.
+// processes write requests, releases, statistics and ledger words). Both are sealed
+// memfds passed over the tenant socket (arbiter/regions.h). Fixed layout, magic and
+// version first; every field has one writer. Freestanding: no heap, no std::string.
 #pragma once
 
 #include <atomic>
@@ -10,7 +11,7 @@
 
 namespace quanta::common {
 
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 constexpr uint32_t kControlMagic = 0x4354514eu;  // "NQTC"
 constexpr uint32_t kPodMagic = 0x4450514eu;      // "NQPD"
 
@@ -25,7 +26,8 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
 
 // ---------------------------------------------------------------------------------------
-// Control region: one per GPU UUID, named by the arbiter, passed to tenants O_RDONLY.
+// Control region: one per GPU UUID and arbiter generation, passed to tenants O_RDONLY and
+// sealed so that no descriptor of it can ever write it again.
 // ---------------------------------------------------------------------------------------
 
 // One tenant process on this GPU. Written only by the arbiter.
@@ -45,7 +47,7 @@ struct alignas(64) ControlSlot {
   std::atomic<uint32_t> proc_index;   // entry in that pod region's process table
   std::atomic<uint64_t> memory_cap;   // bytes for the whole pod on this GPU; 0 = no cap
   std::atomic<uint64_t> quantum_ns;   // this slot's current quantum
-  std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued while others wait
+  std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued (binds below quantum_ns)
   std::atomic<uint32_t> priority;     // common::Priority, informational for the tenant
   uint32_t reserved[5];
 };
@@ -78,7 +80,8 @@ static_assert(offsetof(ControlRegion, slots) % 64 == 0);
 // One process's view of one GPU. Written by that process, except memory_used, which the
 // arbiter also decrements when the process dies.
 struct alignas(64) GateChannel {
-  std::atomic<uint32_t> want;            // 1 while a launcher waits at the gate
+  std::atomic<uint32_t> want;            // 1 from a launcher blocking at the gate until a release
+                                         // finds none waiting (kept through the grant)
   std::atomic<uint32_t> released_turn;   // see ControlSlot's protocol
   std::atomic<uint64_t> inflight_ns;     // estimated GPU time queued, not yet finished
   std::atomic<uint64_t> memory_used;     // this process's bytes on this GPU
@@ -101,8 +104,13 @@ struct alignas(64) PodHeader {
   uint32_t version;
   uint32_t size;
   uint32_t reserved0;
-  char pod_key[kPodKeyLen];
+  char pod_key[kPodKeyLen];  // informational: the arbiter trusts its own record, never this
+  // A random number the arbiter writes at creation and records in its state file: after a
+  // restart it re-adopts a region found in a tenant's mappings only when the tag matches,
+  // so a look-alike memfd made by another pod is never taken for this pod's region.
+  uint64_t recovery_tag;
 };
+static_assert(sizeof(PodHeader) == 320, "the recovery tag fits in the header's padding");
 
 struct PodRegion {
   PodHeader header;
@@ -110,13 +118,17 @@ struct PodRegion {
   // reserves with a compare-and-swap against ControlSlot::memory_cap before every
   // allocation, so concurrent processes can never overshoot.
   alignas(64) std::atomic<uint64_t> memory_used[kMaxGpus];
+  // Allocations the pod ledger refused at the cap, per GPU (the shim counts; only this
+  // pod's metrics read it).
+  alignas(64) std::atomic<uint64_t> alloc_denied[kMaxGpus];
   ProcEntry procs[kMaxProcsPerPod];
 };
 static_assert(offsetof(PodRegion, procs) % 64 == 0);
 static_assert(sizeof(PodRegion) < 512 * 1024);
 
-// Region names under /dev/shm (shm_open names). `scope` is the arbiter's instance name
-// from its config (default "quanta") so tests can run several arbiters side by side.
-// Control: "/<scope>.gpu.<gpu_index>"; pod: "/<scope>.pod.<pod_index>".
+// memfd names (shown in /proc/<pid>/maps as "/memfd:<name> (deleted)"; nothing under
+// /dev/shm). `scope` is the arbiter's instance name from its config (default "quanta") so
+// tests can run several arbiters side by side. Control: "<scope>.gpu.<gpu_index>"; pod:
+// "<scope>.pod.<pod_index>".
 
 }  // namespace quanta::common

@@ -1,6 +1,8 @@
 // The tenant socket's wire protocol (SOCK_SEQPACKET, one message per packet, fixed-size
-// little-endian structs, file descriptors in SCM_RIGHTS). The arbiter identifies callers
-// by SO_PEERCRED and their cgroup, never by what a message claims.
+// little-endian structs; the arbiter's replies carry file descriptors in SCM_RIGHTS, a
+// tenant's messages never may: the arbiter's socket refuses them). The arbiter identifies
+// a caller by the live process behind the connection (a pidfd) and its cgroup, never by
+// what a message claims.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 namespace quanta::common {
 
 constexpr uint32_t kWireMagic = 0x5751514eu;  // "NQQW"
-constexpr uint32_t kWireVersion = 2;
+constexpr uint32_t kWireVersion = 3;
 constexpr size_t kMessageTextLen = 256;
 
 enum class MessageType : uint32_t {
@@ -19,7 +21,7 @@ enum class MessageType : uint32_t {
   kRefused = 3,    // arbiter → tenant; text says why; the tenant runs ungated
   kAttach = 4,     // tenant → arbiter: "I use this GPU"
   kAttached = 5,   // arbiter → tenant; fds: [control region O_RDONLY] (first attach of a GPU)
-  kAttachFailed = 6,
+  kAttachFailed = 6,  // arbiter → tenant; text says why, action what to do on that GPU
 };
 
 struct MessageHeader {
@@ -38,6 +40,10 @@ struct HelloMessage {
 
 // WelcomeMessage::flags
 constexpr uint32_t kWelcomeEnforced = 1u << 0;  // ignore QUANTA_* variables that loosen limits
+// This process's entry was made afresh (empty words) by this Hello, not kept from before (a
+// reconnect, or a restart that re-adopted it): whatever the process holds is charged nowhere
+// until its shim charges it again, even where the entry's index is the one it had before.
+constexpr uint32_t kWelcomeFreshEntry = 1u << 1;
 
 struct WelcomeMessage {
   MessageHeader header;
@@ -64,22 +70,33 @@ struct RefusedMessage {
   char reason[kMessageTextLen];
 };
 
+// AttachMessage::flags
+// Memory views only: a process that uses NVML and no CUDA (nvidia-smi, an exporter) reads
+// its pod's usage and cap without becoming a tenant. It gets no slot and is never scheduled.
+constexpr uint32_t kAttachObserve = 1u << 0;
+
 struct AttachMessage {
   MessageHeader header;
   char uuid[kUuidLen];  // the device's UUID as cuDeviceGetUuid formats it ("GPU-…"/"MIG-…")
+  uint32_t flags;
+  uint32_t reserved;
 };
 
 struct AttachedMessage {
   MessageHeader header;
   uint32_t gpu_index;   // index into PodRegion::memory_used and ProcEntry::gpus
-  uint32_t slot;        // this process's ControlSlot on that GPU
+  uint32_t slot;        // this process's ControlSlot on that GPU; kNoSlot for an observer
   uint32_t fd_attached; // 1 when a control-region fd travels with this message
   uint32_t reserved;
+  uint64_t memory_cap;  // the pod's cap on that GPU when it was sent (observers' views)
 };
 
 struct AttachFailedMessage {
   MessageHeader header;
   char reason[kMessageTextLen];
+  // kRunOpen: use that GPU ungated and uncapped; kDeny: the node enforces, refuse CUDA on it.
+  RefusedAction action;
+  uint32_t reserved;
 };
 
 template <typename T>

@@ -1,23 +1,32 @@
 #!/usr/bin/env bash
 # `make bench`: runs every quanta-bench scenario with --json, one after the other, and
 # writes bench/results/latest.json (keyed by scenario, plus machine, date and command)
-# and bench/RESULTS.md. Usage:
+# and bench/RESULTS.md, and prints each figure's change against the previous latest.json
+# (also under "changes" in the new one and in RESULTS.md). Usage:
 #   scripts/bench.sh BUILD_DIR [--quick] [--gpu sim|real] [--results FILE] [--markdown FILE]
-#                    [--only "fairness handoff"]
+#                    [--only "fairness handoff"] [--repeat N] [--repeat-only "interactive"]
+#                    [--previous FILE] [--noise-pct P]
 #   scripts/bench.sh BUILD_DIR --render-only   # RESULTS.md again from latest.json (and bench/analysis.md)
+# --repeat N runs each of the --repeat-only scenarios (default: interactive and
+# interactive-8, whose tails vary most from run to run) N times; every figure is then the median of the N runs,
+# each target carries its worst run, and latest.json keeps every run under repeat.runs.
 # The scenarios measure time on a shared machine: the script records whether compilers
 # or linkers ran meanwhile, and RESULTS.md says so.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-build=${1:?usage: scripts/bench.sh BUILD_DIR [--quick] [--gpu sim|real] [--results FILE] [--markdown FILE] [--only "S1 S2"]}
+build=${1:?usage: scripts/bench.sh BUILD_DIR [--quick] [--gpu sim|real] [--results FILE] [--markdown FILE] [--only "S1 S2"] [--repeat N] [--repeat-only "S1"] [--previous FILE] [--noise-pct P] [--render-only]}
 shift
 build=$(cd "$build" && pwd)
 results="$root/bench/results/latest.json"
 markdown="$root/bench/RESULTS.md"
-scenarios="fairness interactive overhead handoff launch-cost memcap scale"
+scenarios="fairness interactive interactive-8 overhead handoff launch-cost memcap scale churn"
 bench_args=()
 render_only=0
+repeat=1
+repeat_only="interactive interactive-8"
+previous=
+noise_pct=10
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) bench_args+=(--quick); shift ;;
@@ -26,9 +35,23 @@ while [[ $# -gt 0 ]]; do
     --markdown) markdown=$2; shift 2 ;;
     --only) scenarios=$2; shift 2 ;;
     --render-only) render_only=1; shift ;;
-    *) echo "bench.sh: unknown argument '$1' (allowed: --quick, --gpu sim|real, --results FILE, --markdown FILE, --only LIST, --render-only)" >&2; exit 2 ;;
+    --repeat) repeat=${2:?--repeat needs a count}; shift 2 ;;
+    --repeat-only) repeat_only=${2:?--repeat-only needs a list of scenarios}; shift 2 ;;
+    --previous) previous=${2:?--previous needs a file}; shift 2 ;;
+    --noise-pct) noise_pct=${2:?--noise-pct needs a percentage}; shift 2 ;;
+    *) echo "bench.sh: unknown argument '$1' (allowed: --quick, --gpu sim|real, --results FILE, --markdown FILE, --only LIST, --repeat N, --repeat-only LIST, --previous FILE, --noise-pct P, --render-only)" >&2; exit 2 ;;
   esac
 done
+if ! [[ $repeat =~ ^[0-9]+$ ]] || [[ $repeat -lt 1 || $repeat -gt 20 ]]; then
+  echo "bench.sh: --repeat '$repeat' is not a whole number from 1 to 20" >&2
+  exit 2
+fi
+if ! [[ $noise_pct =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "bench.sh: --noise-pct '$noise_pct' is not a non-negative number (a percentage, e.g. 10)" >&2
+  exit 2
+fi
+# The previous run is what the results file holds now, unless told otherwise.
+[[ -n $previous ]] || previous=$results
 
 bench="$build/bin/quanta-bench"
 report="$build/bin/quanta-bench-report"
@@ -51,6 +74,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# Keep the previous run before anything can overwrite it (a missing one means none).
+previous_copy=$previous
+if [[ -f $previous ]]; then
+  previous_copy="$work/previous.json"
+  cp "$previous" "$previous_copy"
+fi
+
 # Other heavy work during the measurement (compilers, linkers, test runs) skews timing
 # figures; sample it once a second.
 (
@@ -63,10 +93,17 @@ watcher=$!
 
 start=$(date +%s)
 for scenario in $scenarios; do
-  echo "bench.sh: $scenario" >&2
-  if ! "$bench" "$scenario" --json "${bench_args[@]}" > "$work/$scenario.json" 2> "$work/$scenario.err"; then
-    echo "bench.sh: $scenario failed: $(tail -n 1 "$work/$scenario.err")" >&2
-  fi
+  runs=1
+  [[ " $repeat_only " == *" $scenario "* ]] && runs=$repeat
+  for ((run = 1; run <= runs; run++)); do
+    # A repeated scenario's runs are <scenario>.1.json ... (the report folds them).
+    stem=$scenario
+    [[ $runs -gt 1 ]] && stem="$scenario.$run"
+    echo "bench.sh: $scenario$([[ $runs -gt 1 ]] && echo " (run $run of $runs)")" >&2
+    if ! "$bench" "$scenario" --json "${bench_args[@]}" > "$work/$stem.json" 2> "$work/$stem.err"; then
+      echo "bench.sh: $scenario failed: $(tail -n 1 "$work/$stem.err")" >&2
+    fi
+  done
 done
 kill "$watcher" 2>/dev/null || true
 watcher=
@@ -84,8 +121,14 @@ if [[ -s $work/load.txt ]]; then
   fi
 fi
 
+command="scripts/bench.sh $(basename "$build") ${bench_args[*]}"
+if [[ $repeat -gt 1 ]]; then
+  command="$command --repeat $repeat"
+  [[ $repeat_only == "interactive interactive-8" ]] || command="$command --repeat-only \"$repeat_only\""
+fi
 mkdir -p "$(dirname "$results")" "$(dirname "$markdown")"
-"$report" --inputs "$work" --json "$results" --markdown "$markdown" \
-  --command "$(echo "scripts/bench.sh $(basename "$build") ${bench_args[*]}" | sed 's/ *$//')" \
+"$report" --inputs "$work" --scenarios "$scenarios" --json "$results" --markdown "$markdown" \
+  --previous "$previous_copy" --noise-pct "$noise_pct" --print-changes \
+  --command "$(echo "$command" | sed 's/ *$//')" \
   --conditions "$conditions" $([[ -f $analysis ]] && echo --analysis "$analysis")
 echo "bench.sh: wrote $results and $markdown in ${elapsed} s" >&2

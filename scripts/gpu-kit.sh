@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make gpu-kit`: gathers what tests/gpu/check.sh needs on a GPU machine into gpu-kit/
 # (bin/, lib/, sim/, the scripts). Binaries need only libc and the C++ runtime (libbpf is
-# static, spdlog/fmt/toml++ header-only), so the kit runs on any newer x86-64 machine.
+# static, spdlog/fmt/toml++ header-only), except quanta-arbiter's libcpp-httplib (the
+# /metrics endpoint), which travels in lib/ (the arbiter looks in ../lib first); its own
+# dependencies (libssl3, zlib, brotli) are on any current distribution.
 set -euo pipefail
 build=$(cd "${1:-build}" && pwd)
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,6 +14,8 @@ for b in quanta-arbiter quantactl quanta-tenant quanta-bench quanta-bench-report
   [[ -x $build/bin/$b ]] && cp "$build/bin/$b" "$kit/bin/"
 done
 cp "$build/lib/libquanta.so" "$kit/lib/"
+httplib=$(ldd "$build/bin/quanta-arbiter" | awk '/libcpp-httplib/ {print $3}')
+[[ -n $httplib ]] && cp -L "$httplib" "$kit/lib/$(basename "$httplib")"
 cp -P "$build"/sim/lib* "$kit/sim/"
 cp "$root/tests/gpu/check.sh" "$root/tests/gpu/torch_checks.py" "$root/tests/gpu/nvml_procs.py" "$kit/"
 # Debug info off: the kit must travel small (USDT notes and symbols stay).

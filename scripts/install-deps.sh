@@ -4,13 +4,13 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake make pkg-config git
+  build-essential cmake make pkg-config git ccache
   clang llvm libclang-rt-dev bpftool libbpf-dev libelf-dev zlib1g-dev libzstd-dev
   systemtap-sdt-dev
   libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libcli11-dev libcpp-httplib-dev
+  libcli11-dev libcpp-httplib-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  runc prometheus python3 binutils procps util-linux iproute2 jq
+  runc crun podman prometheus tmux python3 binutils procps util-linux iproute2 jq
 )
 
 missing=()

@@ -1,8 +1,10 @@
-// AllocationTable: linear probing over one anonymous mapping. Slots move
-// empty → busy → full → busy → tombstone, each step by compare-and-swap, so threads never
-// take a lock; a busy slot is held only for the few stores that fill or empty it.
-// Keys are unique while live (a free takes its entry out before the driver may hand the
-// same address out again), so an insert may reuse the first tombstone it meets.
+// AllocationTable: linear probing over one anonymous mapping, bounded to kProbeWindow slots
+// from a key's home. Slots move empty → busy → full → busy → tombstone (or back to full),
+// each step by compare-and-swap, so threads never take a lock; a busy slot is held only for
+// the few stores that fill, edit or empty it. Keys are unique while live (a free takes its
+// entry out before the driver may hand the same address out again), so an insert may
+// reuse the first tombstone it meets. A search ends at a never-used slot or at the end of
+// the window, whichever comes first.
 #include "shim/allocation_table.h"
 
 #include <sched.h>
@@ -77,64 +79,72 @@ bool AllocationTable::insert(Resource resource, uint64_t key,
     return false;
   }
   uint32_t index = home(resource, key);
-  for (uint32_t probes = 0; probes < kCapacity; ++probes, index = (index + 1) & (kCapacity - 1)) {
+  for (uint32_t probes = 0; probes < kProbeWindow;) {
     Slot& slot = table[index];
-    uint32_t seen = slot.state.load(std::memory_order_acquire);
+    uint32_t seen = wait_not_busy(slot);  // it may become free (a remove) or stay taken
     const uint32_t state = seen & 0xff;
-    if (state != kEmpty && state != kTombstone) continue;
-    if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
-                                            std::memory_order_relaxed))
-      continue;  // someone else took it first; keep probing
-    slot.key = key;
-    slot.bytes = allocation.bytes;
-    slot.device = allocation.device;
-    slot.context = allocation.context;
-    slot.state.store(full_word(resource), std::memory_order_release);
-    return true;
+    if ((state == kEmpty || state == kTombstone) &&
+        slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
+                                           std::memory_order_relaxed)) {
+      slot.key = key;
+      write(slot, allocation);
+      slot.state.store(full_word(resource), std::memory_order_release);
+      return true;
+    }
+    if (state == kEmpty || state == kTombstone) continue;  // lost the race: this slot again
+    ++probes;
+    index = (index + 1) & (kCapacity - 1);
   }
   live_.fetch_sub(1, std::memory_order_relaxed);
   return false;
-}
-
-bool AllocationTable::take(Slot& slot, uint32_t seen, Allocation* out) noexcept {
-  if (!slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
-                                          std::memory_order_relaxed))
-    return false;
-  if (out) *out = Allocation{slot.bytes, slot.device, slot.context};
-  slot.state.store(kTombstone, std::memory_order_release);
-  live_.fetch_sub(1, std::memory_order_relaxed);
-  return true;
 }
 
 bool AllocationTable::remove(Resource resource, uint64_t key, Allocation* out) noexcept {
+  Slot* slot = hold(resource, key);
+  if (!slot) return false;
+  if (out) *out = read(*slot);
+  put_back(*slot, resource, false);
+  return true;
+}
+
+AllocationTable::Slot* AllocationTable::hold(Resource resource, uint64_t key) noexcept {
   Slot* table = slots();
-  if (!table) return false;
+  if (!table) return nullptr;
   const uint32_t wanted = full_word(resource);
   uint32_t index = home(resource, key);
-  for (uint32_t probes = 0; probes < kCapacity; ++probes, index = (index + 1) & (kCapacity - 1)) {
+  for (uint32_t probes = 0; probes < kProbeWindow;) {
     Slot& slot = table[index];
-    const uint32_t seen = wait_not_busy(slot);
-    if ((seen & 0xff) == kEmpty) return false;
-    if (seen == wanted && slot.key == key) return take(slot, seen, out);
+    uint32_t seen = wait_not_busy(slot);
+    if ((seen & 0xff) == kEmpty) return nullptr;
+    if (seen == wanted && slot.key == key) {
+      if (slot.state.compare_exchange_strong(seen, kBusy, std::memory_order_acquire,
+                                             std::memory_order_relaxed))
+        return &slot;
+      continue;  // taken or edited meanwhile: look at this slot again
+    }
+    ++probes;
+    index = (index + 1) & (kCapacity - 1);
   }
-  return false;
+  return nullptr;
+}
+
+void AllocationTable::put_back(Slot& slot, Resource resource, bool keep) noexcept {
+  if (keep) {
+    slot.state.store(full_word(resource), std::memory_order_release);
+    return;
+  }
+  slot.state.store(kTombstone, std::memory_order_release);
+  live_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool AllocationTable::find(Resource resource, uint64_t key, Allocation* out) const noexcept {
-  Slot* table = slots();
-  if (!table) return false;
-  const uint32_t wanted = full_word(resource);
-  uint32_t index = home(resource, key);
-  for (uint32_t probes = 0; probes < kCapacity; ++probes, index = (index + 1) & (kCapacity - 1)) {
-    const Slot& slot = table[index];
-    const uint32_t seen = wait_not_busy(slot);
-    if ((seen & 0xff) == kEmpty) return false;
-    if (seen == wanted && slot.key == key) {
-      *out = Allocation{slot.bytes, slot.device, slot.context};
-      return true;
-    }
-  }
-  return false;
+  // Held like an edit, so a concurrent modify is never seen half written.
+  auto* self = const_cast<AllocationTable*>(this);
+  Slot* slot = self->hold(resource, key);
+  if (!slot) return false;
+  *out = read(*slot);
+  self->put_back(*slot, resource, true);
+  return true;
 }
 
 }  // namespace quanta::shim

@@ -1,6 +1,8 @@
 // The context table: which device binding each CUDA context's launches go through (found
-// once per context, then cached per thread), forgotten when the context is destroyed, and
-// walked by the link thread to drain a device's work on a revoke.
+// once per context, then cached per thread), forgotten when the context is destroyed (its
+// entry is reused by a later context), and walked by the link thread to drain a device's
+// work on a revoke. Lookups are lock-free; registering, once per context, takes a small
+// lock so two threads registering at once never make two entries.
 #include <sched.h>
 
 #include "shim/devices.h"
@@ -30,6 +32,7 @@ struct ContextEntry {
 };
 
 ContextEntry g_contexts[kMaxContexts];
+SocketLock g_register_lock;
 
 size_t context_hash(CUcontext context) {
   auto bits = reinterpret_cast<uintptr_t>(context);
@@ -38,7 +41,10 @@ size_t context_hash(CUcontext context) {
   return static_cast<size_t>(bits >> 40) % kMaxContexts;
 }
 
-// Records which binding a context's launches go through (once per context).
+// Records which binding a context's launches go through (once per context). An entry
+// stays on its probe chain for good (lookups stop at a never-used one), so a destroyed
+// context's entry is reused in place: for the same address (a new context the driver put
+// there) or, when this context has no entry yet, for it.
 Binding* register_context(CUcontext context) {
   CUdevice device = -1;
   {
@@ -47,30 +53,45 @@ Binding* register_context(CUcontext context) {
   }
   Binding* binding = ensure_binding(device);
   if (!binding) return nullptr;
+  g_register_lock.lock();
   const size_t start = context_hash(context);
+  ContextEntry* reusable = nullptr;
+  ContextEntry* found = nullptr;
   for (size_t probe = 0; probe < static_cast<size_t>(kMaxContexts); ++probe) {
     ContextEntry& entry = g_contexts[(start + probe) % kMaxContexts];
-    CUcontext key = entry.context.load(std::memory_order_acquire);
+    const CUcontext key = entry.context.load(std::memory_order_acquire);
+    if (key == context) {
+      found = &entry;
+      break;
+    }
     if (key == nullptr) {
-      if (!entry.context.compare_exchange_strong(key, context, std::memory_order_acq_rel)) {
-        if (key != context) continue;  // another context took it
-      } else {
-        entry.binding.store(binding, std::memory_order_release);
-        entry.state.store(kCtxLive, std::memory_order_release);
-        return binding;
-      }
+      if (!reusable) reusable = &entry;
+      break;  // the end of the chain: the context has no entry
     }
-    if (key != context) continue;
-    uint32_t state = entry.state.load(std::memory_order_acquire);
-    if (state == kCtxDead &&
-        entry.state.compare_exchange_strong(state, kCtxClaiming, std::memory_order_acq_rel)) {
-      entry.binding.store(binding, std::memory_order_release);
-      entry.state.store(kCtxLive, std::memory_order_release);
-    }
-    return binding;  // live, draining or being claimed by another thread: same binding
+    if (!reusable && entry.state.load(std::memory_order_acquire) == kCtxDead) reusable = &entry;
   }
-  QUANTA_LOG_WARN("more than %d CUDA contexts: the newest run ungated", kMaxContexts);
-  return nullptr;
+  Binding* result = binding;
+  if (found) {
+    uint32_t state = found->state.load(std::memory_order_acquire);
+    if (state == kCtxDead &&
+        found->state.compare_exchange_strong(state, kCtxClaiming, std::memory_order_acq_rel)) {
+      found->binding.store(binding, std::memory_order_release);
+      found->state.store(kCtxLive, std::memory_order_release);
+    }
+  } else if (reusable) {
+    // Claimed before its key changes, so a lookup that sees the new key waits for it to be
+    // live, and one still looking for the old key moves on.
+    reusable->state.store(kCtxClaiming, std::memory_order_release);
+    reusable->binding.store(binding, std::memory_order_release);
+    reusable->context.store(context, std::memory_order_release);
+    reusable->state.store(kCtxLive, std::memory_order_release);
+  } else {
+    result = nullptr;
+  }
+  g_register_lock.unlock();
+  if (!result)
+    QUANTA_LOG_WARN("more than %d live CUDA contexts: the newest run ungated", kMaxContexts);
+  return result;
 }
 
 Binding* lookup_context(CUcontext context) {
@@ -84,6 +105,7 @@ Binding* lookup_context(CUcontext context) {
     while ((state = entry.state.load(std::memory_order_acquire)) == kCtxFree ||
            state == kCtxClaiming)
       cpu_relax();
+    if (entry.context.load(std::memory_order_acquire) != context) continue;  // reused meanwhile
     return state == kCtxDead ? nullptr : entry.binding.load(std::memory_order_acquire);
   }
   return nullptr;
@@ -127,6 +149,7 @@ void drain_contexts(Binding* binding) {
 }
 
 void contexts_reset_in_child() {
+  g_register_lock.reset();
   for (ContextEntry& entry : g_contexts) {
     entry.state.store(kCtxFree);
     entry.binding.store(nullptr);

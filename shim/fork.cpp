@@ -10,6 +10,7 @@ void reset_link_in_child() {
   activity_reset_in_child();
   contexts_reset_in_child();
   gate_reset_in_child();
+  link_threads_reset_in_child();
   t_in_link = false;
   g_process.epoch.fetch_add(1);
   g_process.state.store(kUntouched, std::memory_order_release);

@@ -21,6 +21,7 @@ namespace {
 constexpr uint32_t kMaxEntered = 16;
 QUANTA_TLS uint32_t t_gate_depth = 0;
 QUANTA_TLS Binding* t_entered[kMaxEntered] = {};
+QUANTA_TLS bool t_track[kMaxEntered] = {};  // the entry's launch records a completion event
 
 // The revoke handshake (a launcher marks itself inside, then reads the turn; the link thread
 // sees the even turn, then waits until no launcher is inside) needs a store-load barrier
@@ -105,7 +106,7 @@ inline void mark_outside(Binding* binding) {
              std::memory_order_release);
 }
 
-void record_wait(const Route* route, uint64_t waited_ns) {
+void record_wait(const Route* route, uint64_t waited_ns, uint64_t end_ns) {
   GateChannel* channel = route->channel;
   channel->gate_waits.fetch_add(1, std::memory_order_relaxed);
   channel->gate_wait_ns.fetch_add(waited_ns, std::memory_order_relaxed);
@@ -113,28 +114,38 @@ void record_wait(const Route* route, uint64_t waited_ns) {
   while (waited_ns > max && !channel->gate_wait_max_ns.compare_exchange_weak(
                                 max, waited_ns, std::memory_order_relaxed)) {
   }
-  DTRACE_PROBE3(quanta, gate_wait_end, route->gpu_index, route->slot_index, waited_ns);
+  // end_ns: this shim's own clock, which quanta-trace checks its kernel timestamps against.
+  DTRACE_PROBE4(quanta, gate_wait_end, route->gpu_index, route->slot_index, waited_ns, end_ns);
 }
 
-// The slow path: ask for the GPU, wake the arbiter, sleep on the turn word. Returns with
-// this thread marked inside, either granted or passing because the lease lapsed or the
-// slot is no longer this process's.
-void gate_slow(Binding* binding, const Route* route) {
+// The slow path: ask for the GPU, wake the arbiter, sleep on the turn word. Returns true
+// with this thread marked inside, either granted or passing because the lease lapsed or the
+// slot is no longer this process's; false (not marked) when, instead of passing ungated,
+// the launch is refused because the node refuses CUDA to this process now.
+//
+// GateChannel::want is set here and stays set through the grant: it is cleared only by the
+// release (link_thread.cpp), which knows whether a launcher still waits, so the arbiter
+// sees a tenant that keeps work coming as wanting the GPU through grant and release.
+bool gate_slow(Binding* binding, const Route* route) {
   const uint64_t begin = monotonic_ns();
   DTRACE_PROBE2(quanta, gate_wait_begin, route->gpu_index, route->slot_index);
   const uint32_t pid = g_process.pid.load(std::memory_order_relaxed);
   uint64_t rang_at = 0;
+  binding->gate_waiting.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     const Route* current = binding->route.load(std::memory_order_acquire);
     if (current) route = current;
     mark_inside(binding);
     const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
-    if (turn & 1u) {
-      route->channel->want.store(0, std::memory_order_relaxed);
-      break;
-    }
+    if (turn & 1u) break;
     mark_outside(binding);
     const uint64_t now = monotonic_ns();
+    const bool passing =
+        lease_stale(route->control, now) || route->slot->pid.load(std::memory_order_relaxed) != pid;
+    if (passing && g_process.denied.load(std::memory_order_acquire)) {
+      binding->gate_waiting.fetch_sub(1, std::memory_order_seq_cst);
+      return false;
+    }
     if (lease_stale(route->control, now)) {
       binding->lapsed.store(1, std::memory_order_relaxed);
       if (!binding->lapse_logged.exchange(1, std::memory_order_relaxed)) {
@@ -150,15 +161,19 @@ void gate_slow(Binding* binding, const Route* route) {
       mark_inside(binding);  // not ours now: ungated
       break;
     }
-    if (rang_at == 0 || now - rang_at >= kGateWaitSliceNs) {
+    if (rang_at == 0 || now - rang_at >= kGateReRingNs ||
+        route->channel->want.load(std::memory_order_relaxed) == 0) {
       route->channel->want.store(1, std::memory_order_seq_cst);
       ring_doorbell();
       rang_at = now;
     }
     common::futex_wait(&route->slot->turn, turn, kGateWaitSliceNs);
   }
-  record_wait(route, monotonic_ns() - begin);
+  binding->gate_waiting.fetch_sub(1, std::memory_order_seq_cst);
+  const uint64_t end = monotonic_ns();
+  record_wait(route, end - begin, end);
   note_launch(binding, route);
+  return true;
 }
 
 }  // namespace
@@ -209,39 +224,141 @@ void gate_reset_in_child() {
   t_gate_depth = 0;
 }
 
-void link_gate_enter(CUcontext context) {
+namespace {
+
+// Asks for the GPU without waiting (a multi-device launch that must not wait inside a gate);
+// the doorbell at most every few milliseconds while it keeps asking.
+constexpr uint64_t kAskRingNs = 20 * kNsPerMs;
+QUANTA_TLS uint64_t t_asked_ns = 0;
+void ask_for_gpu(const Route* route) {
+  route->channel->want.store(1, std::memory_order_seq_cst);
+  const uint64_t now = monotonic_ns();
+  if (t_asked_ns == 0 || now - t_asked_ns >= kAskRingNs) {
+    ring_doorbell();
+    t_asked_ns = now;
+  }
+}
+
+GateTry enter(CUcontext context, bool may_wait) {
   const uint32_t depth = t_gate_depth++;
-  if (depth >= kMaxEntered) return;  // deeper than any real caller goes: ungated
+  if (depth >= kMaxEntered) return GateTry::kPassed;  // deeper than any real caller goes: ungated
   t_entered[depth] = nullptr;
-  if (t_in_link) return;
+  t_track[depth] = false;
+  if (t_in_link) return GateTry::kPassed;
   Binding* binding = binding_for_context(context);
-  if (!binding) return;
+  if (!binding) return GateTry::kPassed;
   if (__builtin_expect(!t_gate_claimed, 0)) claim_thread_gate();
+  const Route* route = binding->route.load(std::memory_order_acquire);
+  // The in-flight limit is waited out before the mark, so a revoke never waits for it.
+  const uint64_t limit = route ? binding_limit(route) : 0;
+  if (__builtin_expect(limit != 0, 0)) wait_below_limit(binding, limit);
   t_entered[depth] = binding;
   mark_inside(binding);
-  const Route* route = binding->route.load(std::memory_order_acquire);
-  if (!route) return;  // device not attached: ungated
+  if (!route) {  // device not attached: ungated, unless the node refuses CUDA meanwhile
+    if (__builtin_expect(g_process.denied.load(std::memory_order_acquire) == 0, 1))
+      return GateTry::kPassed;
+    mark_outside(binding);
+    t_entered[depth] = nullptr;
+    --t_gate_depth;
+    return GateTry::kRefused;
+  }
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
   if (__builtin_expect(turn & 1u, 1)) {
+    const bool track =
+        limit != 0 || route->control->header.waiters.load(std::memory_order_relaxed) != 0;
+    if (__builtin_expect(binding->tracking.load(std::memory_order_relaxed) != track, 0))
+      binding->tracking.store(track, std::memory_order_relaxed);
+    t_track[depth] = track;
     note_launch(binding, route);
-    return;
+    return GateTry::kPassed;
   }
   if (binding->lapsed.load(std::memory_order_relaxed) &&
       lease_stale(route->control, monotonic_ns())) {
     note_launch(binding, route);
-    return;
+    return GateTry::kPassed;
   }
   mark_outside(binding);
-  gate_slow(binding, route);
+  if (!may_wait) {
+    // As the slow path would: the lease lapsed, or the slot is no longer this process's.
+    const bool passing = lease_stale(route->control, monotonic_ns()) ||
+                         route->slot->pid.load(std::memory_order_relaxed) !=
+                             g_process.pid.load(std::memory_order_relaxed);
+    if (passing && g_process.denied.load(std::memory_order_acquire) == 0) {
+      mark_inside(binding);
+      return GateTry::kPassed;
+    }
+    if (passing) {
+      t_entered[depth] = nullptr;
+      --t_gate_depth;
+      return GateTry::kRefused;
+    }
+    ask_for_gpu(route);
+    t_entered[depth] = nullptr;
+    --t_gate_depth;
+    return GateTry::kBusy;
+  }
+  if (gate_slow(binding, route)) {
+    const Route* now_route = binding->route.load(std::memory_order_acquire);
+    const bool track = now_route != nullptr && should_track(now_route);
+    binding->tracking.store(track, std::memory_order_relaxed);
+    t_track[depth] = track;
+    return GateTry::kPassed;
+  }
+  t_entered[depth] = nullptr;
+  --t_gate_depth;
+  return GateTry::kRefused;
 }
 
-void link_gate_leave(CUcontext /*context*/, CUresult /*launched*/) {
+}  // namespace
+
+bool link_gate_enter(CUcontext context) {
+  return enter(context, true) != GateTry::kRefused;
+}
+
+GateTry link_gate_try_enter(CUcontext context) {
+  return enter(context, false);
+}
+
+bool link_gate_await(CUcontext context, const CUcontext* holding, unsigned count) {
+  constexpr uint64_t kAwaitSliceNs = kNsPerMs;  // below any idle_release the arbiter allows
+  t_asked_ns = 0;
+  for (;;) {
+    const GateTry outcome = enter(context, false);
+    if (outcome == GateTry::kRefused) return false;
+    if (outcome == GateTry::kPassed) {
+      const uint32_t depth = t_gate_depth - 1;
+      if (depth < kMaxEntered) t_track[depth] = false;  // nothing was launched
+      link_gate_leave(context, CUDA_SUCCESS, nullptr);
+      return true;
+    }
+    const uint64_t now = monotonic_ns();
+    for (unsigned i = 0; i < count; ++i) {
+      Binding* held = binding_for_context(holding[i]);
+      const Route* route = held ? held->route.load(std::memory_order_acquire) : nullptr;
+      if (route && (route->slot->turn.load(std::memory_order_acquire) & 1u))
+        route->channel->last_launch_ns.store(now, std::memory_order_relaxed);
+    }
+    Binding* binding = binding_for_context(context);
+    const Route* route = binding ? binding->route.load(std::memory_order_acquire) : nullptr;
+    if (!route) continue;  // detached meanwhile: the next try passes
+    const uint32_t turn = route->slot->turn.load(std::memory_order_acquire);
+    if (!(turn & 1u)) common::futex_wait(&route->slot->turn, turn, kAwaitSliceNs);
+  }
+}
+
+void link_gate_leave(CUcontext context, CUresult launched, CUstream stream) {
   if (t_gate_depth == 0) return;
   const uint32_t depth = --t_gate_depth;
   if (depth >= kMaxEntered) return;
   Binding* binding = t_entered[depth];
   t_entered[depth] = nullptr;
-  if (binding) mark_outside(binding);
+  if (!binding) return;
+  // Recorded before the mark goes, so a revoke that drains sees the event's launch too.
+  if (__builtin_expect(t_track[depth], 0)) {
+    t_track[depth] = false;
+    if (launched == CUDA_SUCCESS) track_launch(binding, context, stream);
+  }
+  mark_outside(binding);
 }
 
 }  // namespace quanta::shim

@@ -6,14 +6,23 @@
 // Graph memory nodes: a node's bytes are noted on its graph when added and charged when
 // the graph is instantiated (that is when the driver commits the memory to the exec
 // graph), once per exec; they return at cuGraphExecDestroy. Allocations made inside a
-// stream capture are charged like any other cuMemAllocAsync.
+// stream capture are charged at the capture; frees captured are refunded once a launch of
+// their graph has completed (held_memory.h).
+//
+// What the driver holds after a free: pool allocations go back to their pool, which keeps
+// the charge until the driver's reserve shrinks (at a synchronisation, cuMemPoolTrimTo,
+// destroy); a cuMemCreate handle released while mapped stays charged until its last
+// cuMemUnmap.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <atomic>
 
 #include "shim/charge.h"
 #include "shim/devices.h"
+#include "shim/held_memory.h"
 #include "shim/interposed.h"
+#include "shim/log.h"
 #include "shim/options.h"
+#include "shim/pod_ledger.h"
 #include "shim/real_driver.h"
 
 using namespace quanta::shim;
@@ -136,7 +145,10 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPi
 QUANTA_EXPORT CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize,
                                                  unsigned int flags) {
   auto real = QUANTA_REAL(cuMemAllocManaged);
-  if (real && !options().count_managed) return real(dptr, bytesize, flags);
+  if (real && !shim_disabled() && !link_settings().count_managed) {
+    if (link_refuses_cuda()) return CUDA_ERROR_OUT_OF_MEMORY;
+    return real(dptr, bytesize, flags);
+  }
   return device_alloc("cuMemAllocManaged", real, dptr, bytesize, bytesize, flags);
 }
 
@@ -153,40 +165,114 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 
 // ---- Stream-ordered allocations and pools -----------------------------------------------
 
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
-                                               CUstream hStream) {
-  return device_alloc("cuMemAllocAsync", QUANTA_REAL(cuMemAllocAsync), dptr, bytesize, bytesize,
-                      hStream);
-}
-
-QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
-                                                    CUstream hStream) {
-  return device_alloc("cuMemAllocAsync_ptsz", QUANTA_REAL(cuMemAllocAsync_ptsz), dptr, bytesize,
-                      bytesize, hStream);
-}
-
 namespace {
 
-// A pool's memory lives where its properties say: pools recorded at cuMemPoolCreate with
-// a host location are not counted; unknown pools (device default pools) are the current
-// device's.
+// A stream-ordered allocation from `pool` (null: the device's current pool). A pool's
+// memory lives where its properties say: pools recorded at cuMemPoolCreate with a host
+// location are not counted; unknown pools (device default pools) are the current
+// device's. Charged through the pool's slot, so what the pool reuses from its cache is
+// not charged again. During a capture it is a graph allocation, charged like a plain one.
+// Without an account yet (the process may still join) it is recorded like a plain one.
+template <typename Call>
+CUresult stream_ordered_alloc(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
+                              CUstream stream, Call&& call) noexcept {
+  Target target = current_target();
+  if (pool) {
+    Allocation recorded;
+    if (AllocationTable::instance().find(Resource::memory_pool, key_of(pool), &recorded)) {
+      if (recorded.device == kHostDevice) return call();
+      target.device = recorded.device;
+      target.known = true;
+    }
+  }
+  auto key = [&] { return static_cast<uint64_t>(*dptr); };
+  if (!target.known || bytesize == 0 || stream_is_capturing(stream))
+    return counted_call(target, bytesize, Resource::device_memory, call, key);
+  if (link_refuses_cuda()) return CUDA_ERROR_OUT_OF_MEMORY;
+  MemoryAccount account;
+  auto current_pool = QUANTA_REAL(cuDeviceGetMemPool);
+  if (!link_memory_account(target.device, &account) || !account.pod_used ||
+      (!pool && (!current_pool || current_pool(&pool, target.device) != CUDA_SUCCESS)))
+    return counted_call(target, bytesize, Resource::device_memory, call, key);
+  uint32_t slot = kNoPoolSlot;
+  if (!pool_reserve(pool, target.device, account, bytesize, &slot)) {
+    QUANTA_LOG_INFO(
+        "refusing %llu bytes from a pool on device %d: the pod's memory cap would be "
+        "passed",
+        static_cast<unsigned long long>(bytesize), target.device);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  const CUresult result = call();
+  if (result != CUDA_SUCCESS) {
+    if (slot == kNoPoolSlot) {
+      PodLedger::release(account, bytesize);
+    } else {
+      pool_return(slot, bytesize);
+      pool_settle(pool);
+    }
+    return result;
+  }
+  const Allocation allocation{bytesize,
+                              target.device,
+                              target.context,
+                              slot == kNoPoolSlot ? 0 : slot,
+                              slot == kNoPoolSlot ? 0u : kPoolMember,
+                              account.epoch};
+  // A full table keeps the charge for good (over-counting is the safe side of a cap).
+  if (AllocationTable::instance().insert(Resource::device_memory, key(), allocation) &&
+      slot == kNoPoolSlot)
+    charge_follows_account(Resource::device_memory, key(), target.device, account.epoch);
+  return result;
+}
+
+template <typename Real>
+CUresult alloc_async(const char* name, Real real, CUdeviceptr* dptr, size_t bytesize,
+                     CUstream stream) noexcept {
+  if (!real) return driver_entry_missing(name);
+  if (shim_disabled()) return real(dptr, bytesize, stream);
+  return stream_ordered_alloc(dptr, bytesize, nullptr, stream,
+                              [&] { return real(dptr, bytesize, stream); });
+}
+
 template <typename Real>
 CUresult pool_alloc(const char* name, Real real, CUdeviceptr* dptr, size_t bytesize,
                     CUmemoryPool pool, CUstream stream) noexcept {
   if (!real) return driver_entry_missing(name);
-  if (shim_disabled()) return real(dptr, bytesize, pool, stream);
-  Target target = current_target();
-  Allocation recorded;
-  if (AllocationTable::instance().find(Resource::memory_pool, key_of(pool), &recorded)) {
-    if (recorded.device == kHostDevice) return real(dptr, bytesize, pool, stream);
-    target.device = recorded.device;
+  if (shim_disabled() || !pool) return real(dptr, bytesize, pool, stream);
+  return stream_ordered_alloc(dptr, bytesize, pool, stream,
+                              [&] { return real(dptr, bytesize, pool, stream); });
+}
+
+// During a capture the free is a node of the graph: the record and its charge stay until a
+// launch of that graph has run. Otherwise as any free (a pool allocation's bytes go back
+// to its pool).
+template <typename Real>
+CUresult free_async(const char* name, Real real, CUdeviceptr dptr, CUstream stream) noexcept {
+  if (!real) return driver_entry_missing(name);
+  if (shim_disabled()) return real(dptr, stream);
+  if (stream_is_capturing(stream)) {
+    const CUresult result = real(dptr, stream);
+    Allocation allocation;
+    if (result == CUDA_SUCCESS &&
+        AllocationTable::instance().find(Resource::device_memory, dptr, &allocation))
+      note_captured_free(dptr, stream);
+    return result;
   }
-  return counted_call(
-      target, bytesize, Resource::device_memory, [&] { return real(dptr, bytesize, pool, stream); },
-      [&] { return static_cast<uint64_t>(*dptr); });
+  return free_tracked(Resource::device_memory, dptr, [&] { return real(dptr, stream); });
 }
 
 }  // namespace
+
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize,
+                                               CUstream hStream) {
+  return alloc_async("cuMemAllocAsync", QUANTA_REAL(cuMemAllocAsync), dptr, bytesize, hStream);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize,
+                                                    CUstream hStream) {
+  return alloc_async("cuMemAllocAsync_ptsz", QUANTA_REAL(cuMemAllocAsync_ptsz), dptr, bytesize,
+                     hStream);
+}
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
                                                        CUmemoryPool pool, CUstream hStream) {
@@ -201,17 +287,11 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, s
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
-  auto real = QUANTA_REAL(cuMemFreeAsync);
-  if (!real) return driver_entry_missing("cuMemFreeAsync");
-  if (shim_disabled()) return real(dptr, hStream);
-  return free_tracked(Resource::device_memory, dptr, [&] { return real(dptr, hStream); });
+  return free_async("cuMemFreeAsync", QUANTA_REAL(cuMemFreeAsync), dptr, hStream);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
-  auto real = QUANTA_REAL(cuMemFreeAsync_ptsz);
-  if (!real) return driver_entry_missing("cuMemFreeAsync_ptsz");
-  if (shim_disabled()) return real(dptr, hStream);
-  return free_tracked(Resource::device_memory, dptr, [&] { return real(dptr, hStream); });
+  return free_async("cuMemFreeAsync_ptsz", QUANTA_REAL(cuMemFreeAsync_ptsz), dptr, hStream);
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool,
@@ -222,7 +302,7 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool,
   if (result != CUDA_SUCCESS || shim_disabled() || !poolProps) return result;
   const bool device_memory =
       poolProps->location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-      (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_MANAGED || options().count_managed);
+      (poolProps->allocType != CU_MEM_ALLOCATION_TYPE_MANAGED || link_settings().count_managed);
   AllocationTable::instance().insert(
       Resource::memory_pool, key_of(*pool),
       Allocation{0, device_memory ? poolProps->location.id : kHostDevice, nullptr});
@@ -230,8 +310,79 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool,
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool pool) {
-  return handle_free("cuMemPoolDestroy", QUANTA_REAL(cuMemPoolDestroy), Resource::memory_pool,
-                     pool);
+  auto real = QUANTA_REAL(cuMemPoolDestroy);
+  if (!real) return driver_entry_missing("cuMemPoolDestroy");
+  if (shim_disabled()) return real(pool);
+  const CUresult result =
+      free_tracked(Resource::memory_pool, key_of(pool), [&] { return real(pool); });
+  if (result == CUDA_SUCCESS) pool_destroyed(pool);
+  return result;
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  auto real = QUANTA_REAL(cuMemPoolTrimTo);
+  if (!real) return driver_entry_missing("cuMemPoolTrimTo");
+  const CUresult result = real(pool, minBytesToKeep);
+  if (result == CUDA_SUCCESS && !shim_disabled()) pool_settle(pool);
+  return result;
+}
+
+// ---- Synchronisations: where pools give memory back -------------------------------------
+
+namespace {
+
+template <typename Real, typename... Args>
+CUresult synchronize(const char* name, Real real, Args... args) noexcept {
+  if (!real) return driver_entry_missing(name);
+  const CUresult result = real(args...);
+  if (!shim_disabled()) settle_held_memory();
+  return result;
+}
+
+}  // namespace
+
+QUANTA_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream hStream) {
+  return synchronize("cuStreamSynchronize", QUANTA_REAL(cuStreamSynchronize), hStream);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream hStream) {
+  return synchronize("cuStreamSynchronize_ptsz", QUANTA_REAL(cuStreamSynchronize_ptsz), hStream);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuEventSynchronize(CUevent hEvent) {
+  return synchronize("cuEventSynchronize", QUANTA_REAL(cuEventSynchronize), hEvent);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuCtxSynchronize() {
+  return synchronize("cuCtxSynchronize", QUANTA_REAL(cuCtxSynchronize));
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx) {
+  return synchronize("cuCtxSynchronize_v2", QUANTA_REAL(cuCtxSynchronize_v2), ctx);
+}
+
+// ---- Stream capture ---------------------------------------------------------------------
+
+namespace {
+
+template <typename Real>
+CUresult end_capture(const char* name, Real real, CUstream stream, CUgraph* graph) noexcept {
+  if (!real) return driver_entry_missing(name);
+  const CUresult result = real(stream, graph);
+  if (!shim_disabled())
+    note_capture_ended(stream, result == CUDA_SUCCESS && graph ? *graph : nullptr);
+  return result;
+}
+
+}  // namespace
+
+QUANTA_EXPORT CUresult CUDAAPI cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return end_capture("cuStreamEndCapture", QUANTA_REAL(cuStreamEndCapture), hStream, phGraph);
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return end_capture("cuStreamEndCapture_ptsz", QUANTA_REAL(cuStreamEndCapture_ptsz), hStream,
+                     phGraph);
 }
 
 // ---- Virtual memory management ----------------------------------------------------------
@@ -252,11 +403,99 @@ QUANTA_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle,
       [&] { return static_cast<uint64_t>(*handle); });
 }
 
+// The handle goes, but its memory only with its last mapping: a handle still mapped is
+// marked released and refunded at its last cuMemUnmap. The record's aux counts its live
+// mappings; map, unmap and release edit it atomically (AllocationTable::modify).
 QUANTA_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle) {
   auto real = QUANTA_REAL(cuMemRelease);
   if (!real) return driver_entry_missing("cuMemRelease");
   if (shim_disabled()) return real(handle);
-  return free_tracked(Resource::generic_handle, handle, [&] { return real(handle); });
+  const CUresult result = real(handle);
+  if (result != CUDA_SUCCESS && !free_failure_means_released(result)) return result;
+  Allocation gone;
+  bool removed = false;
+  AllocationTable::instance().modify(
+      Resource::generic_handle, handle,
+      [&](Allocation& allocation) {
+        if (result == CUDA_SUCCESS && allocation.aux > 0) {
+          allocation.flags |= kReleased;
+          return true;
+        }
+        removed = true;
+        return false;
+      },
+      &gone);
+  if (removed) refund(gone);
+  return result;
+}
+
+QUANTA_EXPORT CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                        CUmemGenericAllocationHandle handle,
+                                        unsigned long long flags) {
+  auto real = QUANTA_REAL(cuMemMap);
+  if (!real) return driver_entry_missing("cuMemMap");
+  if (shim_disabled()) return real(ptr, size, offset, handle, flags);
+  AllocationTable& table = AllocationTable::instance();
+  // Counted before the call, so a racing release never sees it unmapped while mapping.
+  const bool tracked = table.modify(Resource::generic_handle, handle, [](Allocation& allocation) {
+    ++allocation.aux;
+    return true;
+  });
+  const CUresult result = real(ptr, size, offset, handle, flags);
+  if (!tracked) return result;
+  if (result == CUDA_SUCCESS &&
+      table.insert(Resource::vmm_mapping, ptr, Allocation{size, 0, nullptr, handle, 0}))
+    return result;
+  // Failed, or the mapping cannot be recorded (full table): a failed map takes its count
+  // back; an unrecorded one keeps it, so the handle stays charged (the safe side).
+  if (result != CUDA_SUCCESS)
+    table.modify(Resource::generic_handle, handle, [](Allocation& allocation) {
+      --allocation.aux;
+      return true;
+    });
+  return result;
+}
+
+namespace {
+
+// One mapping of a tracked handle is gone: the handle's last, once released, refunds it.
+void mapping_gone(CUmemGenericAllocationHandle handle) noexcept {
+  Allocation gone;
+  bool removed = false;
+  AllocationTable::instance().modify(
+      Resource::generic_handle, handle,
+      [&](Allocation& allocation) {
+        if (allocation.aux > 0) --allocation.aux;
+        if (allocation.aux == 0 && (allocation.flags & kReleased)) {
+          removed = true;
+          return false;
+        }
+        return true;
+      },
+      &gone);
+  if (removed) refund(gone);
+}
+
+}  // namespace
+
+// The range may cover several adjacent mappings (it must cover each whole): each recorded
+// one in it is taken out after the driver unmapped it.
+QUANTA_EXPORT CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  auto real = QUANTA_REAL(cuMemUnmap);
+  if (!real) return driver_entry_missing("cuMemUnmap");
+  if (shim_disabled()) return real(ptr, size);
+  const CUresult result = real(ptr, size);
+  if (result != CUDA_SUCCESS) return result;
+  AllocationTable& table = AllocationTable::instance();
+  constexpr int kMaxMappingsPerUnmap = 4096;  // bounds the walk whatever the table holds
+  CUdeviceptr at = ptr;
+  for (int i = 0; i < kMaxMappingsPerUnmap && at < ptr + size; ++i) {
+    Allocation mapping;
+    if (!table.remove(Resource::vmm_mapping, at, &mapping) || mapping.bytes == 0) break;
+    mapping_gone(static_cast<CUmemGenericAllocationHandle>(mapping.aux));
+    at += mapping.bytes;
+  }
+  return result;
 }
 
 // ---- Arrays -----------------------------------------------------------------------------
@@ -449,6 +688,14 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) noexcept {
                       [&] { return key_of(*exec); });
 }
 
+// Every instantiation: frees captured into `graph` now belong to the exec.
+template <typename Call>
+CUresult instantiate_noting_frees(CUgraphExec* exec, CUgraph graph, Call&& call) noexcept {
+  const CUresult result = instantiate(exec, graph, call);
+  if (result == CUDA_SUCCESS && exec && !shim_disabled()) note_graph_instantiated(graph, *exec);
+  return result;
+}
+
 }  // namespace
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* phGraphNode, CUgraph hGraph,
@@ -495,8 +742,10 @@ QUANTA_EXPORT CUresult CUDAAPI cuGraphDestroy(CUgraph hGraph) {
   auto real = QUANTA_REAL(cuGraphDestroy);
   if (!real) return driver_entry_missing("cuGraphDestroy");
   const CUresult result = real(hGraph);
-  if (result == CUDA_SUCCESS && !shim_disabled())
+  if (result == CUDA_SUCCESS && !shim_disabled()) {
     AllocationTable::instance().remove(Resource::graph_pending, key_of(hGraph), nullptr);
+    note_graph_destroyed(hGraph);
+  }
   return result;
 }
 
@@ -505,8 +754,9 @@ QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* phGraphExec, CUgr
                                                   size_t bufferSize) {
   auto real = QUANTA_REAL(cuGraphInstantiate);
   if (!real) return driver_entry_missing("cuGraphInstantiate");
-  return instantiate(phGraphExec, hGraph,
-                     [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+  return instantiate_noting_frees(phGraphExec, hGraph, [&] {
+    return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+  });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
@@ -514,47 +764,55 @@ QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* phGraphExec, C
                                                      size_t bufferSize) {
   auto real = QUANTA_REAL(cuGraphInstantiate_v2);
   if (!real) return driver_entry_missing("cuGraphInstantiate_v2");
-  return instantiate(phGraphExec, hGraph,
-                     [&] { return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize); });
+  return instantiate_noting_frees(phGraphExec, hGraph, [&] {
+    return real(phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+  });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                            unsigned long long flags) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithFlags);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithFlags");
-  return instantiate(phGraphExec, hGraph, [&] { return real(phGraphExec, hGraph, flags); });
+  return instantiate_noting_frees(phGraphExec, hGraph,
+                                  [&] { return real(phGraphExec, hGraph, flags); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithParams);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithParams");
-  return instantiate(phGraphExec, hGraph,
-                     [&] { return real(phGraphExec, hGraph, instantiateParams); });
+  return instantiate_noting_frees(phGraphExec, hGraph,
+                                  [&] { return real(phGraphExec, hGraph, instantiateParams); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
     CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   auto real = QUANTA_REAL(cuGraphInstantiateWithParams_ptsz);
   if (!real) return driver_entry_missing("cuGraphInstantiateWithParams_ptsz");
-  return instantiate(phGraphExec, hGraph,
-                     [&] { return real(phGraphExec, hGraph, instantiateParams); });
+  return instantiate_noting_frees(phGraphExec, hGraph,
+                                  [&] { return real(phGraphExec, hGraph, instantiateParams); });
 }
 
 QUANTA_EXPORT CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  return handle_free("cuGraphExecDestroy", QUANTA_REAL(cuGraphExecDestroy), Resource::graph_exec,
-                     hGraphExec);
+  const CUresult result = handle_free("cuGraphExecDestroy", QUANTA_REAL(cuGraphExecDestroy),
+                                      Resource::graph_exec, hGraphExec);
+  if (result == CUDA_SUCCESS && !shim_disabled()) note_graph_exec_destroyed(hGraphExec);
+  return result;
 }
 
-// ---- Contexts: a fixed overhead each (QUANTA_CONTEXT_OVERHEAD) --------------------------
+// ---- Contexts: a fixed overhead each (link_settings().context_overhead) -----------------
+// A process the link refuses CUDA to cannot create one: CUDA_ERROR_DEVICE_UNAVAILABLE, what
+// a GPU in the prohibited compute mode answers, so frameworks report the device as busy or
+// unavailable (not out of memory) and a later attempt succeeds once the process is placed.
 
 namespace {
 
 template <typename Call>
 CUresult create_context(CUcontext* pctx, CUdevice device, Call&& call) noexcept {
   if (shim_disabled() || !pctx) return call();
+  if (link_refuses_cuda()) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   Charge charge;
-  if (!charge.reserve(device, options().context_overhead_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!charge.reserve(device, link_settings().context_overhead)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult result = call();
   if (result != CUDA_SUCCESS) {
     charge.cancel();
@@ -617,7 +875,7 @@ CUresult reset_primary(const char* name, Real real, CUdevice device) noexcept {
   return_context_allocations(context);
   if (g_primary_retains[device].load(std::memory_order_acquire) > 0) {
     Charge charge;
-    if (charge.reserve(device, options().context_overhead_bytes))
+    if (charge.reserve(device, link_settings().context_overhead))
       charge.commit(Resource::context, key_of(context), context);
   }
   return result;
@@ -663,9 +921,10 @@ QUANTA_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevic
   auto real = QUANTA_REAL(cuDevicePrimaryCtxRetain);
   if (!real) return driver_entry_missing("cuDevicePrimaryCtxRetain");
   if (shim_disabled() || !pctx || !tracked_primary(dev)) return real(pctx, dev);
+  if (link_refuses_cuda()) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   const bool first = g_primary_retains[dev].fetch_add(1, std::memory_order_acq_rel) == 0;
   Charge charge;
-  if (first && !charge.reserve(dev, options().context_overhead_bytes)) {
+  if (first && !charge.reserve(dev, link_settings().context_overhead)) {
     g_primary_retains[dev].fetch_sub(1, std::memory_order_acq_rel);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }

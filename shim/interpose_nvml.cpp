@@ -22,7 +22,7 @@ bool nvml_capped_view(nvmlDevice_t device, MemoryView* view) {
   CUdevice cuda_device;
   return get_uuid && get_uuid(device, text, sizeof text) == NVML_SUCCESS &&
          parse_uuid(text, &uuid) && device_with_uuid(uuid, &cuda_device) &&
-         capped_view(cuda_device, view);
+         capped_view(cuda_device, view, ViewCaller::nvml);
 }
 
 void fill(const MemoryView& view, unsigned long long real_free, unsigned long long* total,

@@ -14,9 +14,11 @@ using namespace quanta::shim;
 
 namespace quanta::shim {
 
-bool capped_view(CUdevice device, MemoryView* view) noexcept {
+bool capped_view(CUdevice device, MemoryView* view, ViewCaller caller) noexcept {
   MemoryAccount account;
-  if (!link_memory_account(device, &account) || !account.pod_used || !account.cap) return false;
+  const bool found = caller == ViewCaller::nvml ? link_observed_account(device, &account)
+                                                : link_memory_account(device, &account);
+  if (!found || !account.pod_used || !account.cap) return false;
   const uint64_t cap = account.cap->load(std::memory_order_acquire);
   if (cap == 0) return false;
   const uint64_t used = account.pod_used->load(std::memory_order_acquire);

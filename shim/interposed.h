@@ -7,7 +7,11 @@
 //           Memsets and device-to-device copies run as kernels, so they are gated too;
 //           host<->device copies use copy engines and pass ungated.
 //  ledger   allocations and frees: reserved against the pod's cap before the driver
-//           call, returned on free; contexts charge a fixed overhead.
+//           call, returned when the driver lets the memory go; contexts charge a fixed
+//           overhead. Also what decides when that is: VMM map/unmap, pool trims, the end
+//           of a stream capture.
+//  sync     stream, event and context synchronisation: where pools give cached memory
+//           back and captured frees whose graph has run are refunded.
 //  view     memory queries: report the pod's cap and room instead of the whole GPU.
 //  lookup   the ways programs find entry points: cuGetProcAddress (cudart >= 11.3,
 //           PyTorch) and dlsym on the driver's handle.
@@ -42,7 +46,8 @@
   X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz)                                                \
   X(cuMemAllocFromPoolAsync) X(cuMemAllocFromPoolAsync_ptsz)                                \
   X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemPoolCreate) X(cuMemPoolDestroy)           \
-  X(cuMemCreate) X(cuMemRelease)                                                            \
+  X(cuMemPoolTrimTo) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap)               \
+  X(cuStreamEndCapture) X(cuStreamEndCapture_ptsz)                                          \
   X(cuArrayCreate) X(cuArrayCreate_v2) X(cuArray3DCreate) X(cuArray3DCreate_v2)             \
   X(cuArrayDestroy) X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                    \
   X(cuGraphAddMemAllocNode) X(cuGraphAddNode) X(cuGraphAddNode_v2) X(cuGraphDestroy)        \
@@ -54,6 +59,10 @@
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuDevicePrimaryCtxRelease_v2)  \
   X(cuDevicePrimaryCtxReset) X(cuDevicePrimaryCtxReset_v2)
 
+#define QUANTA_SYNC_CALLS(X)                                                                \
+  X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz) X(cuEventSynchronize)                  \
+  X(cuCtxSynchronize) X(cuCtxSynchronize_v2)
+
 #define QUANTA_VIEW_CALLS(X) \
   X(cuMemGetInfo) X(cuMemGetInfo_v2) X(cuDeviceTotalMem) X(cuDeviceTotalMem_v2)
 
@@ -62,7 +71,8 @@
 #define QUANTA_NVML_CALLS(X) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
 
 #define QUANTA_CUDA_INTERPOSED(X) \
-  QUANTA_GATED_LAUNCHES(X) QUANTA_LEDGER_CALLS(X) QUANTA_VIEW_CALLS(X) QUANTA_LOOKUP_CALLS(X)
+  QUANTA_GATED_LAUNCHES(X) QUANTA_LEDGER_CALLS(X) QUANTA_SYNC_CALLS(X) QUANTA_VIEW_CALLS(X) \
+  QUANTA_LOOKUP_CALLS(X)
 // clang-format on
 
 // Removed from cuda.h in CUDA 13, still exported by drivers that programs built earlier call.

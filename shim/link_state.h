@@ -30,6 +30,10 @@ using common::PodRegion;
 
 constexpr uint64_t kGateWaitSliceNs =
     100 * kNsPerMs;  // a blocked launcher re-checks the lease this often
+// A blocked launcher rings the doorbell again this long after its last ring while its want
+// is still published (sooner when the want was cleared meanwhile): the arbiter's heartbeat
+// reads every want anyway, so each waiter costs the arbiter one look a second, not ten.
+constexpr uint64_t kGateReRingNs = kNsPerSec;
 constexpr uint64_t kLinkWaitSliceNs = 50 * kNsPerMs;  // the link thread's loop period at most
 constexpr uint64_t kBusyGapNs = 10 * kNsPerMs;        // launch gaps longer than this are idleness
 constexpr uint32_t kBusyRunLaunches = 4;  // short gaps in a row before the estimate counts
@@ -38,9 +42,11 @@ constexpr uint64_t kInflightClearSlackNs =
 constexpr uint32_t kLaunchFlushBatch = 64;  // thread-local launches published at most this late
 constexpr uint32_t kMaxGateThreads =
     1024;  // threads with their own gate mark; later ones share a counter
-constexpr uint64_t kReconnectEveryNs = 100 * kNsPerMs;  // after the arbiter went away
-constexpr uint64_t kRefusedRetryNs = 1000 * kNsPerMs;   // after a reconnect was refused
-constexpr uint64_t kDefaultLeaseNs = 1000 * kNsPerMs;   // when a region leaves lease_ns at 0
+constexpr uint64_t kReconnectFirstNs = 100 * kNsPerMs;  // first retry after the arbiter went away
+constexpr uint64_t kReconnectMaxNs = 500 * kNsPerMs;    // retries back off to this, no further
+constexpr uint64_t kRefusedRetryNs =
+    1000 * kNsPerMs;  // after a refusal (deny, or open once placed)
+constexpr uint64_t kDefaultLeaseNs = 1000 * kNsPerMs;  // when a region leaves lease_ns at 0
 constexpr uint64_t kFirstUseWaitNs =
     5 * kNsPerSec;  // how long a thread waits for another's connect
 constexpr int kMaxContexts = 512;
@@ -83,15 +89,22 @@ class SocketLock {
   std::atomic<uint32_t> word_{0};  // 0 free, 1 held, 2 held with waiters
 };
 
+// kLinked: the link thread runs and the process is, or is trying to become, the arbiter's
+// (Process::joined tells which). kUnplaced: the arbiter refused it for good (run open) or
+// the link cannot run; it stays ungated and uncapped.
 enum LinkState : uint32_t { kUntouched = 0, kConnecting = 1, kLinked = 2, kUnplaced = 3 };
 
-// Where one device's gate lives for the current arbiter connection.
+// Where one device's gate and ledger live for the current arbiter connection. Immutable
+// once published, so a reader sees the ledger words and their epoch together.
 struct Route {
   const ControlRegion* control;
   const ControlSlot* slot;
   GateChannel* channel;
+  PodRegion* pod;
   uint32_t gpu_index;
   uint32_t slot_index;
+  uint32_t ledger_epoch;  // MemoryAccount::epoch of this route's ledger words
+  uint32_t entry_made;    // Process::entries_made when the route was made
 };
 
 enum BindingState : uint32_t {
@@ -100,6 +113,34 @@ enum BindingState : uint32_t {
   kReady = 2,      // has a route
   kPending = 3,    // known, but the arbiter was unreachable: the link thread attaches it later
   kFailed = 4,     // the arbiter or the driver refused: ungated for good
+};
+
+// Device work this process queued on one GPU and has not seen finish, tracked while it matters
+// (others wait for the GPU, or the in-flight limit binds): each tracked launch records an
+// event from a fixed ring on its own stream, and whoever looks (the device thread, a launcher
+// held at the limit) retires events in order as they complete. Lock-free: launchers claim
+// entries with a compare-and-swap on `head`, retirers advance `tail` the same way.
+constexpr uint32_t kTrackedLaunches = 64;
+struct TrackedLaunch {
+  std::atomic<uint64_t> sequence{0};  // head value + 1 once recorded (0: being recorded)
+  CUevent event = nullptr;
+  CUcontext context = nullptr;  // the event's context (recreated when it changes)
+  uint64_t launch_ns = 0;
+};
+struct WorkTracker {
+  std::atomic<uint64_t> head{0};            // launches claimed
+  std::atomic<uint64_t> tail{0};            // launches seen complete
+  std::atomic<uint32_t> retired{0};         // bumped at each retire: a held launcher's futex word
+  std::atomic<uint32_t> held{0};            // launchers waiting on `retired`
+  std::atomic<uint64_t> kernel_ns{0};       // moving average of one launch's device time
+  std::atomic<uint64_t> last_retire_ns{0};  // when the queue was last seen to shrink
+  std::atomic<uint64_t> skipped{0};         // launches not tracked (ring full)
+  TrackedLaunch ring[kTrackedLaunches];
+  uint64_t outstanding() const {
+    const uint64_t t = tail.load(std::memory_order_acquire);
+    const uint64_t h = head.load(std::memory_order_acquire);
+    return h > t ? h - t : 0;
+  }
 };
 
 struct Binding {
@@ -117,10 +158,18 @@ struct Binding {
   // channel's launch count then (the gap average divides by launches since).
   std::atomic<uint64_t> stamped_tick{0};
   std::atomic<uint64_t> stamped_launches{0};
+  // Launchers blocked at this gate now (gate.cpp): while any is, the process wants the GPU.
+  std::atomic<uint32_t> gate_waiting{0};
+  // 1 while launches record completion events (others wait, or the in-flight limit binds).
+  std::atomic<uint32_t> tracking{0};
+  WorkTracker work;
   char uuid[common::kUuidLen] = {};
-  // Link thread only:
-  uint32_t handled_turn = 0;
-  bool handled_valid = false;
+  // The device thread (link_thread.cpp): one per attached GPU, so a long drain on one GPU
+  // never delays a release on another.
+  std::atomic<uint32_t> device_thread{0};  // 0 none, 1 started
+  uint32_t handled_turn = 0;               // device thread only
+  const Route* handled_route = nullptr;    // device thread only
+  std::atomic<bool> handled_valid{false};  // cleared by a re-attach
 };
 
 // A control region mapped for one of the arbiter's GPU indices.
@@ -129,12 +178,31 @@ struct ControlMapping {
   FileIdentity file;
 };
 
+// A descriptor the link owns, moved above the numbers applications use and checked before
+// every use: an application that closed it and got the number back for a file of its own
+// must never see the shim write to, close or replace its file.
+struct OwnedFd {
+  std::atomic<int> fd{-1};
+  std::atomic<uint64_t> device{0};
+  std::atomic<uint64_t> inode{0};
+};
+
 struct Process {
   std::atomic<uint32_t> state{kUntouched};
   std::atomic<uint32_t> epoch{1};  // bumped when cached lookups must be redone
-  std::atomic<int> socket_fd{-1};
-  std::atomic<int> doorbell_fd{-1};
+  OwnedFd socket;                  // written under socket_lock
+  OwnedFd doorbell;
   std::atomic<uint32_t> connected{0};
+  std::atomic<uint32_t> joined{0};   // 1 once a Welcome was adopted (the pod region is mapped)
+  std::atomic<uint32_t> gave_up{0};  // 1: refused before it ever joined; it will not join
+  std::atomic<uint32_t> denied{0};   // link_refuses_cuda()
+  // The arbiter's settings from the last Welcome (valid once joined).
+  std::atomic<uint32_t> welcome_flags{0};
+  std::atomic<uint32_t> welcome_count_managed{1};
+  std::atomic<uint64_t> welcome_context_overhead{0};
+  // Welcomes that gave this process a fresh, empty entry (kWelcomeFreshEntry). A route made
+  // before the last of them points at words that no longer hold this process's charges.
+  std::atomic<uint32_t> entries_made{0};
   std::atomic<PodRegion*> pod{nullptr};
   std::atomic<uint32_t> proc_index{0};
   std::atomic<uint32_t> pid{0};
@@ -144,6 +212,8 @@ struct Process {
   SocketLock socket_lock;
   ControlMapping controls[kMaxGpus];  // under socket_lock
   bool refused_logged = false;
+  bool deny_logged = false;
+  bool stolen_logged = false;
 };
 
 extern Process g_process;
@@ -178,14 +248,18 @@ inline uint64_t coarse_ns() {
 }
 
 // --- session.cpp: the arbiter conversation ------------------------------------------
-// True when this process is linked to an arbiter (possibly disconnected for now).
+// True when this process is linked to an arbiter (joined, or still trying to join).
 bool ensure_linked();
 // The binding of a device ordinal, attached on first use; nullptr out of range.
 Binding* ensure_binding(CUdevice device);
-// After the arbiter went away: hello again and re-attach every known device. False while
-// it is still unreachable; *refused when it answered with a refusal.
-bool reconnect(bool* refused);
+// While disconnected (never joined, or the arbiter went away): hello again and attach
+// every known device.
+enum class Rejoin { kJoined, kUnreachable, kRefusedOpen, kRefusedDeny };
+Rejoin reconnect();
 void ring_doorbell();
+// The link thread's socket watch: false (and the connection marked lost) when the socket
+// descriptor is no longer the one the link opened.
+bool socket_still_ours();
 void session_reset_in_child();
 
 // --- gate.cpp: thread marks and the revoke barrier ----------------------------------
@@ -201,10 +275,29 @@ void gate_reset_in_child();
 extern uint64_t g_coarse_tick_ns;  // CLOCK_MONOTONIC_COARSE resolution (link thread)
 void publish_pending_launches(uint32_t index);
 void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t tick);
-// Link thread: clears the estimate once the process stopped launching for that long.
-// Returns how soon it wants to look again (0: nothing pending).
-uint64_t expire_inflight(const Binding* binding, const Route* route, uint64_t now);
 void activity_reset_in_child();
+
+// In-flight limit (the arbiter's ControlSlot::inflight_limit_ns, below the quantum while an
+// interactive pod is active on this GPU for a non-interactive tenant): 0 when it does not bind.
+inline uint64_t binding_limit(const Route* route) {
+  const uint64_t limit = route->slot->inflight_limit_ns.load(std::memory_order_relaxed);
+  const uint64_t quantum = route->slot->quantum_ns.load(std::memory_order_relaxed);
+  return limit != 0 && limit < quantum ? limit : 0;
+}
+// Launchers: before the gate, waits (not marked inside, so a revoke is never held up) until
+// this process's queued work on the GPU is below `limit`; at most one launch beyond it.
+void wait_below_limit(Binding* binding, uint64_t limit);
+// After a launch that passed the gate: records its completion event when tracking.
+void track_launch(Binding* binding, CUcontext context, CUstream stream);
+// Device thread: retires completed launches, publishes GateChannel::inflight_ns from them and
+// clears the estimate once the process went idle. Returns how soon it wants to look again
+// (0: nothing pending).
+uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now);
+// Whether launches on this binding must record completions now.
+inline bool should_track(const Route* route) {
+  return route->control->header.waiters.load(std::memory_order_relaxed) != 0 ||
+         binding_limit(route) != 0;
+}
 
 // Counts a launch that passed the gate; stamps its time only when someone can use it.
 inline void note_launch(Binding* binding, const Route* route) {
@@ -245,6 +338,9 @@ inline Binding* binding_for_context(CUcontext context) {
 
 // --- link_thread.cpp ------------------------------------------------------------------
 bool start_link_thread();
+// The device thread of an attached binding, once (the link thread retries failures).
+void start_device_thread(Binding* binding);
+void link_threads_reset_in_child();
 
 // --- fork.cpp ----------------------------------------------------------------------------
 // The child of a fork is a new process to the arbiter: it keeps no link.

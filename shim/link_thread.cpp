@@ -1,6 +1,8 @@
-// The link thread, one per linked process: releases on revoke (wait until no launcher is
-// inside, drain, publish the release), clears the queued-work estimate of an idle holder,
-// notices a lapsed lease or a lost connection and reconnects after an arbiter restart.
+// The link's threads. One device thread per attached GPU releases on revoke (wait until no
+// launcher is inside, drain, publish the release) and keeps the queued-work estimate, so a
+// long drain on one GPU never delays the release of another. The link thread, one per linked
+// process, starts them, notices a lapsed lease or a lost connection and reconnects after an
+// arbiter restart.
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -16,10 +18,6 @@
 #include "shim/log.h"
 #include "shim/spin.h"
 
-#ifndef SYS_futex_waitv
-#define SYS_futex_waitv 449
-#endif
-
 namespace quanta::shim {
 
 namespace {
@@ -27,6 +25,7 @@ namespace {
 // A revoke: wait until no launcher of this process is inside the gate (later ones see the
 // even turn and block), drain, then publish the release and wake the arbiter.
 void release(Binding* binding, const Route* route, uint32_t turn) {
+  DTRACE_PROBE2(quanta, drain_begin, route->gpu_index, route->slot_index);
   launcher_barrier();
   for (uint32_t spins = 0; anyone_inside(binding); ++spins) {
     if (spins < 64) {
@@ -39,11 +38,23 @@ void release(Binding* binding, const Route* route, uint32_t turn) {
     }
   }
   drain_contexts(binding);
+  // Its queued work is done: it still wants the GPU only if a launcher waits at the gate
+  // (that launcher set want, and nothing cleared it since), and the arbiter reads this
+  // with the release, so such a tenant goes straight back to waiting.
+  // A launcher that arrives meanwhile counts itself before it sets want, so checking again
+  // after the clear means want is never left cleared under a waiting launcher.
+  if (binding->gate_waiting.load(std::memory_order_seq_cst) == 0) {
+    route->channel->want.store(0, std::memory_order_seq_cst);
+    if (binding->gate_waiting.load(std::memory_order_seq_cst) != 0)
+      route->channel->want.store(1, std::memory_order_seq_cst);
+  }
+  // Before the store, so the grant it allows always follows it; with this shim's own clock.
+  DTRACE_PROBE3(quanta, release, route->gpu_index, route->slot_index, monotonic_ns());
   route->channel->released_turn.store(turn, std::memory_order_release);
   ring_doorbell();
-  DTRACE_PROBE2(quanta, release, route->gpu_index, route->slot_index);
   binding->handled_turn = turn;
-  binding->handled_valid = true;
+  binding->handled_route = route;
+  binding->handled_valid.store(true, std::memory_order_relaxed);
 }
 
 void check_lease(Binding* binding, const Route* route, uint64_t now) {
@@ -69,7 +80,11 @@ void check_lease(Binding* binding, const Route* route, uint64_t now) {
 void check_socket() {
   if (!g_process.connected.load(std::memory_order_acquire)) return;
   if (!g_process.socket_lock.try_lock()) return;  // a request is in flight: it will notice
-  const int fd = g_process.socket_fd.load(std::memory_order_acquire);
+  if (!socket_still_ours()) {
+    g_process.socket_lock.unlock();
+    return;
+  }
+  const int fd = g_process.socket.fd.load(std::memory_order_acquire);
   char probe;
   const ssize_t peeked = recv(fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT);
   if (peeked == 0 || (peeked < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -87,37 +102,57 @@ void check_socket() {
   g_process.socket_lock.unlock();
 }
 
-struct WaitEntry {  // struct futex_waitv, spelled out for older kernel headers
-  uint64_t val;
-  uint64_t uaddr;
-  uint32_t flags;
-  uint32_t reserved;
-};
-constexpr uint32_t kFutex32 = 2;
-constexpr uint32_t kFutexPrivate = 128;
-
-// Sleeps until a watched turn word changes, the kick word changes, or the slice ends.
-void wait_for_change(WaitEntry* entries, int count, uint64_t timeout_ns, bool* waitv_missing) {
-  if (!*waitv_missing) {
-    timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    const uint64_t end = static_cast<uint64_t>(deadline.tv_sec) * kNsPerSec +
-                         static_cast<uint64_t>(deadline.tv_nsec) + timeout_ns;
-    deadline.tv_sec = static_cast<time_t>(end / kNsPerSec);
-    deadline.tv_nsec = static_cast<long>(end % kNsPerSec);
-    const long rc = syscall(SYS_futex_waitv, entries, count, 0, &deadline, CLOCK_MONOTONIC);
-    if (rc >= 0 || errno != ENOSYS) return;
-    *waitv_missing = true;
-    QUANTA_LOG_INFO(
-        "futex_waitv unavailable (Linux < 5.16): the link thread polls revokes every millisecond");
+// One GPU's releases and queued-work estimate, for as long as the process lives.
+void* device_thread_main(void* argument) {
+  t_in_link = true;
+  Binding* binding = static_cast<Binding*>(argument);
+  char name[16] = "quanta-gpu";
+  const uint32_t index = binding_index(binding);
+  if (index < 100) {
+    name[10] = static_cast<char>('0' + index / 10 % 10);
+    name[index < 10 ? 10 : 11] = static_cast<char>('0' + index % 10);
   }
-  // Older kernels: wait on the first turn word briefly, poll the rest.
-  if (count > 1) {
-    common::futex_wait(reinterpret_cast<const std::atomic<uint32_t>*>(entries[1].uaddr),
-                       static_cast<uint32_t>(entries[1].val), kNsPerMs);
-  } else {
-    timespec pause{0, static_cast<long>(kNsPerMs)};
-    nanosleep(&pause, nullptr);
+  prctl(PR_SET_NAME, name, 0, 0, 0);
+  for (;;) {
+    const Route* route = binding->route.load(std::memory_order_acquire);
+    if (!route || binding->state.load(std::memory_order_acquire) != kReady) {
+      timespec pause{0, static_cast<long>(kLinkWaitSliceNs)};  // detached: re-attached later
+      nanosleep(&pause, nullptr);
+      continue;
+    }
+    const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
+    const bool handled = binding->handled_valid.load(std::memory_order_relaxed) &&
+                         binding->handled_route == route && binding->handled_turn == turn;
+    if (!(turn & 1u) && !handled) release(binding, route, turn);
+    // While work is queued, look again when the estimate needs refreshing, so an idle holder
+    // is released promptly and a busy one never looks idle.
+    uint64_t timeout = kLinkWaitSliceNs;
+    const uint64_t again = refresh_inflight(binding, route, monotonic_ns());
+    if (again != 0 && again < timeout) timeout = again;
+    common::futex_wait(&route->slot->turn, turn, timeout);
+  }
+  return nullptr;
+}
+
+bool start_thread(void* (*main)(void*), void* argument) {
+  sigset_t all, previous;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &previous);  // signals stay with the application's threads
+  pthread_t thread;
+  const int rc = pthread_create(&thread, nullptr, main, argument);
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (rc != 0) return false;
+  pthread_detach(thread);
+  return true;
+}
+
+void start_device_threads() {
+  for (Binding& binding : g_bindings) {
+    if (binding.device_thread.load(std::memory_order_relaxed) != 0) continue;
+    if (!binding.route.load(std::memory_order_acquire) ||
+        binding.state.load(std::memory_order_acquire) != kReady)
+      continue;
+    start_device_thread(&binding);
   }
 }
 
@@ -128,48 +163,37 @@ void* link_thread_main(void*) {
   if (clock_getres(CLOCK_MONOTONIC_COARSE, &resolution) == 0)
     g_coarse_tick_ns = static_cast<uint64_t>(resolution.tv_sec) * kNsPerSec +
                        static_cast<uint64_t>(resolution.tv_nsec);
-  bool waitv_missing = false;
   uint64_t next_reconnect = 0;
-  WaitEntry entries[1 + kMaxGpus];
+  uint64_t backoff = kReconnectFirstNs;
   for (;;) {
-    int count = 0;
-    entries[count++] =
-        WaitEntry{g_process.kick.load(std::memory_order_acquire),
-                  reinterpret_cast<uint64_t>(&g_process.kick), kFutex32 | kFutexPrivate, 0};
-    for (Binding& binding : g_bindings) {
-      const Route* route = binding.route.load(std::memory_order_acquire);
-      if (!route || binding.state.load(std::memory_order_acquire) != kReady) continue;
-      const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
-      if (!(turn & 1u) && !(binding.handled_valid && binding.handled_turn == turn)) {
-        release(&binding, route, turn);
-      }
-      entries[count++] = WaitEntry{route->slot->turn.load(std::memory_order_acquire),
-                                   reinterpret_cast<uint64_t>(&route->slot->turn), kFutex32, 0};
-    }
-    // While this process holds a GPU others wait for, look again when its queued-work
-    // estimate would expire, so an idle holder is released promptly.
-    uint64_t timeout = kLinkWaitSliceNs;
-    uint64_t now = monotonic_ns();
-    for (Binding& binding : g_bindings) {
-      const Route* route = binding.route.load(std::memory_order_acquire);
-      if (!route) continue;
-      const uint64_t again = expire_inflight(&binding, route, now);
-      if (again != 0 && again < timeout) timeout = again;
-    }
-    wait_for_change(entries, count, timeout, &waitv_missing);
+    const uint32_t kick = g_process.kick.load(std::memory_order_acquire);
+    start_device_threads();
+    private_wait(&g_process.kick, kick, kLinkWaitSliceNs);
 
-    now = monotonic_ns();
+    const uint64_t now = monotonic_ns();
     for (Binding& binding : g_bindings) {
       const Route* route = binding.route.load(std::memory_order_acquire);
       if (!route) continue;
       check_lease(&binding, route, now);
-      expire_inflight(&binding, route, now);
     }
     check_socket();
-    if (!g_process.connected.load(std::memory_order_acquire) && now >= next_reconnect) {
-      bool refused = false;
-      if (!reconnect(&refused))
-        next_reconnect = now + (refused ? kRefusedRetryNs : kReconnectEveryNs);
+    // Not placed yet, or the arbiter went away: try again, backing off to kReconnectMaxNs
+    // while it is unreachable (a connect to a missing socket costs next to nothing).
+    if (!g_process.connected.load(std::memory_order_acquire) &&
+        !g_process.gave_up.load(std::memory_order_acquire) && now >= next_reconnect) {
+      switch (reconnect()) {
+        case Rejoin::kJoined:
+          backoff = kReconnectFirstNs;
+          break;
+        case Rejoin::kUnreachable:
+          next_reconnect = now + backoff;
+          backoff = backoff * 2 > kReconnectMaxNs ? kReconnectMaxNs : backoff * 2;
+          break;
+        case Rejoin::kRefusedOpen:
+        case Rejoin::kRefusedDeny:
+          next_reconnect = now + kRefusedRetryNs;
+          break;
+      }
     }
   }
   return nullptr;
@@ -178,15 +202,27 @@ void* link_thread_main(void*) {
 }  // namespace
 
 bool start_link_thread() {
-  sigset_t all, previous;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &previous);  // signals stay with the application's threads
-  pthread_t thread;
-  const int rc = pthread_create(&thread, nullptr, &link_thread_main, nullptr);
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
-  if (rc != 0) return false;
-  pthread_detach(thread);
-  return true;
+  return start_thread(&link_thread_main, nullptr);
+}
+
+void start_device_thread(Binding* binding) {
+  uint32_t expected = 0;
+  if (!binding->device_thread.compare_exchange_strong(expected, 1, std::memory_order_acq_rel))
+    return;
+  if (!start_thread(&device_thread_main, binding)) {
+    binding->device_thread.store(0, std::memory_order_release);
+    QUANTA_LOG_WARN("cannot start the device thread for %s: the link thread retries",
+                    binding->uuid);
+  }
+}
+
+// Only the forking thread lives on in the child: no device thread runs there.
+void link_threads_reset_in_child() {
+  for (Binding& binding : g_bindings) {
+    binding.device_thread.store(0);
+    binding.gate_waiting.store(0);
+    binding.handled_route = nullptr;
+  }
 }
 
 }  // namespace quanta::shim

@@ -23,14 +23,26 @@ bool PodLedger::try_reserve(const MemoryAccount& account, uint64_t bytes) noexce
     // Re-read the cap on every attempt: the arbiter may lower or raise it meanwhile.
     const uint64_t cap = account.cap ? account.cap->load(std::memory_order_acquire) : 0;
     uint64_t next = 0;
-    if (__builtin_add_overflow(used, bytes, &next)) return false;
-    if (cap != 0 && next > cap) return false;
+    if (__builtin_add_overflow(used, bytes, &next) || (cap != 0 && next > cap)) {
+      if (account.denied) account.denied->fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
     if (account.pod_used->compare_exchange_weak(used, next, std::memory_order_acq_rel,
                                                 std::memory_order_relaxed))
       break;
   }
   if (account.process_used) account.process_used->fetch_add(bytes, std::memory_order_acq_rel);
   return true;
+}
+
+void PodLedger::force_reserve(const MemoryAccount& account, uint64_t bytes) noexcept {
+  uint64_t used = account.pod_used->load(std::memory_order_relaxed);
+  uint64_t next = 0;
+  do {
+    if (__builtin_add_overflow(used, bytes, &next)) next = UINT64_MAX;
+  } while (!account.pod_used->compare_exchange_weak(used, next, std::memory_order_acq_rel,
+                                                    std::memory_order_relaxed));
+  if (account.process_used) account.process_used->fetch_add(bytes, std::memory_order_acq_rel);
 }
 
 void PodLedger::release(const MemoryAccount& account, uint64_t bytes) noexcept {

@@ -14,6 +14,11 @@ struct PodLedger {
   // to this process's part. False, with nothing changed, when it would pass the cap.
   static bool try_reserve(const MemoryAccount& account, uint64_t bytes) noexcept;
 
+  // Adds `bytes` whatever the cap: memory the driver already holds (allocated before the
+  // process joined the arbiter) is charged even if that puts the pod over its cap, which
+  // then refuses further allocations until enough is freed.
+  static void force_reserve(const MemoryAccount& account, uint64_t bytes) noexcept;
+
   // Returns `bytes` reserved earlier: this process's part first, then the pod's, so a
   // death in between leaves the pod over-counted (safe), never under-counted. Both words
   // saturate at zero (the arbiter may have reclaimed them already).

@@ -14,7 +14,11 @@ struct MemoryView {
   uint64_t room = 0;   // cap − used, clamped at zero
 };
 
+// Who asks: a CUDA view links the process as usual; an NVML view in a process that never
+// used CUDA only observes (link_observed_account), so nvidia-smi is never a tenant.
+enum class ViewCaller { cuda, nvml };
+
 // False when `device` has no cap for this process: callers then report real values.
-bool capped_view(CUdevice device, MemoryView* view) noexcept;
+bool capped_view(CUdevice device, MemoryView* view, ViewCaller caller = ViewCaller::cuda) noexcept;
 
 }  // namespace quanta::shim

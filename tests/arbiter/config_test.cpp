@@ -231,6 +231,51 @@ TEST(Config, EnforceShimAndMetricsSectionsParseAndRefuseBadValues) {
   EXPECT_NE(e.find("metrics.listen"), std::string::npos) << e;
 }
 
+TEST(Config, NvmlIntervalAndPodNamesAreChecked) {
+  EXPECT_EQ(parse_config("[node]\nnvml_interval = \"250ms\"\n", "n.toml").nvml_interval_ns,
+            250'000'000u);
+  EXPECT_EQ(parse_config("", "n.toml").nvml_interval_ns, 1'000'000'000u);
+  EXPECT_EQ(parse_config("[node]\nnvml_interval = 0\n", "n.toml").nvml_interval_ns, 0u);
+  const std::string fast = refusal("[node]\nnvml_interval = \"10ms\"\n");
+  EXPECT_NE(fast.find("node.nvml_interval"), std::string::npos) << fast;
+  EXPECT_NE(fast.find("100ms to 60s, or 0"), std::string::npos) << fast;
+  const std::string old = refusal("[enforce]\nnvml_poll = \"1s\"\n");
+  EXPECT_NE(old.find("nvml_poll"), std::string::npos) << old;
+  const std::string name = refusal("[pod.\"bad name\"]\nweight = 2\n");
+  EXPECT_NE(name.find("pod.\"bad name\""), std::string::npos) << name;
+  EXPECT_NE(name.find("letters, digits"), std::string::npos) << name;
+}
+
+// Found by the node-config fuzzer: toml++ assumes a table name starts with a key character
+// (undefined behaviour when it does not), so such a header is refused before parsing.
+TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {
+  for (const char* text : {"[=sr]\n", "[node]\nscope = \"a\"\n  [ =x]\n", "[[=x]]\n", "[.a]\n",
+                           "\xEF\xBB\xBF[$x]\n", "[\nquantum = 1\n", "[[ \n",
+                           "[node]\ns\xEF\xBB\xAF" "cope = \"t\"\n"}) {
+    const std::string e = refusal(text);
+    EXPECT_NE(e.find("a table header names no table"), std::string::npos) << text << ": " << e;
+  }
+  EXPECT_NE(refusal("[node]\nscope = \"a\"\n[=x]\n").find("test.toml:3:"), std::string::npos);
+  // Inside a multi-line string such a line is text, not a header.
+  const std::string inside = refusal("[node]\nscope = \"\"\"\n[=x]\n\"\"\"\n");
+  EXPECT_EQ(inside.find("a table header names no table"), std::string::npos) << inside;
+  EXPECT_NO_THROW(parse_config("[node]\n[ \"scheduler\" ]\n[pod.\"a/b\"]\nweight = 2\n", "test.toml"));
+  const std::string quoted = refusal("[node]\nallow_unregistered = fal\n");
+  EXPECT_EQ(quoted.find('\n'), std::string::npos) << quoted;
+  EXPECT_NO_THROW(parse_config("# caf\xC3\xA9\n[node]\nscope = \"q\" # \xC3\xA9\n", "test.toml"));
+}
+
+TEST(Config, HookTimeoutParsesAndIsBounded) {
+  EXPECT_EQ(parse_config("", "test.toml").hook.timeout_ns, 5'000'000'000u);
+  EXPECT_EQ(parse_config("[hook]\ntimeout = \"750ms\"\n", "test.toml").hook.timeout_ns,
+            750'000'000u);
+  std::string e = refusal("[hook]\ntimeout = \"2h\"\n");
+  EXPECT_NE(e.find("hook.timeout"), std::string::npos) << e;
+  e = refusal("[hook]\ntimeout = \"5ms\"\n");
+  EXPECT_NE(e.find("10ms to 60s"), std::string::npos) << e;
+  e = refusal("[hook]\nretries = 3\n");
+  EXPECT_NE(e.find("allowed keys are timeout"), std::string::npos) << e;
+}
 
 }  // namespace
 }  // namespace quanta::arbiter

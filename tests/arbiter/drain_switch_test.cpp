@@ -86,6 +86,10 @@ TEST_F(DrainSwitch, HungHolderIsPassedOverAndNobodyElseIsGranted) {
   EXPECT_TRUE(has(late, Action::Kind::kPassOver, holder));
   EXPECT_FALSE(any_grant(late));
   EXPECT_EQ(sched.state(other), TenantState::kWaiting);
+  // Its queued work may still run: the GPU is not idle until it releases (or exits).
+  EXPECT_FALSE(sched.idle());
+  sched.released(holder, now + 300 * kNsPerMs);
+  EXPECT_FALSE(any_grant(decide_at(now + 300 * kNsPerMs)));
   EXPECT_TRUE(sched.idle());
 }
 

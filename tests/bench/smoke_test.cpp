@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"
+
 namespace {
 
 using Json = nlohmann::json;
@@ -26,6 +28,9 @@ const Expectation kExpectations[] = {
     {"interactive",
      {"/solo/p50_ms", "/solo/p99_ms", "/native/p50_ms", "/native/p99_ms", "/native/batch_throughput", "/quanta/p50_ms",
       "/quanta/p99_ms", "/quanta/batch_throughput"}},
+    {"interactive-8",
+     {"/solo/p99_ms", "/native/p99_ms", "/native/batch_throughput", "/quanta/p99_ms", "/quanta/batch_throughput",
+      "/p99_over_native"}},
     {"overhead", {"/native/useful_per_s", "/quanta/useful_per_s", "/ratio"}},
     {"handoff", {"/quanta/p50_us", "/quanta/p99_us", "/futex_p50_us"}},
     {"launch-cost",
@@ -35,20 +40,12 @@ const Expectation kExpectations[] = {
      {"/quanta/one_gpu/max_share_error_pp", "/quanta/one_gpu/handoff_p99_us", "/quanta/one_gpu/arbiter_cpu_s_per_s",
       "/quanta/eight_gpus/max_share_error_pp", "/quanta/eight_gpus/handoff_p99_us",
       "/quanta/eight_gpus/arbiter_cpu_s_per_s"}},
+    {"churn", {"/native/max_wait_ms", "/native/max_share_error_pp", "/quanta/max_wait_ms", "/quanta/max_share_error_pp"}},
 };
 
 void PrintTo(const Expectation& expectation, std::ostream* out) { *out << expectation.scenario; }
 
-std::string run(const std::string& command, int& status) {
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  size_t got = 0;
-  while ((got = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, got);
-  status = pclose(pipe);
-  return out;
-}
+using quanta::bench_tests::run_command;
 
 // True when the object at `pointer` or any object above it carries a note.
 bool explained(const Json& doc, Json::json_pointer pointer) {
@@ -73,16 +70,36 @@ bool any_note(const Json& value) {
   return false;
 }
 
+// Every "admission" object (one per quanta configuration): each tenant listed by the
+// arbiter in its pod, none with a problem.
+void expect_admitted(const Json& value, const std::string& where) {
+  if (value.is_object()) {
+    if (value.contains("admission")) {
+      const Json& a = value["admission"];
+      EXPECT_GT(a.value("tenants", 0), 0) << where << "/admission: " << a.dump();
+      EXPECT_EQ(a.value("admitted", -1) + a.value("unverified", 0), a.value("tenants", -2))
+          << where << "/admission: " << a.dump();
+      EXPECT_FALSE(a.contains("problems")) << where << "/admission: " << a.dump();
+    }
+    for (const auto& [key, item] : value.items()) expect_admitted(item, where + "/" + key);
+  } else if (value.is_array()) {
+    for (size_t i = 0; i < value.size(); ++i)
+      expect_admitted(value[i], where + "/" + std::to_string(i));
+  }
+}
+
 class BenchSmoke : public ::testing::TestWithParam<Expectation> {};
 
 TEST_P(BenchSmoke, QuickRunPrintsTheDesignFieldsWithNullsExplained) {
   const Expectation& expect = GetParam();
   int status = -1;
-  std::string out = run(std::string(QUANTA_BENCH_BINARY) + " " + expect.scenario + " --json --quick --gpu sim", status);
+  std::string out = run_command(std::string(QUANTA_BENCH_BINARY) + " " + expect.scenario + " --json --quick --gpu sim", status);
   ASSERT_EQ(status, 0) << "quanta-bench " << expect.scenario << " failed; stdout: " << out;
   Json doc;
   ASSERT_NO_THROW(doc = Json::parse(out)) << out;
   EXPECT_EQ(doc.value("scenario", ""), expect.scenario);
+  EXPECT_FALSE(doc.contains("not_admitted")) << doc["not_admitted"].dump(2);
+  expect_admitted(doc, "");
   for (const char* key : {"cpu", "cores", "kernel", "gpu"}) EXPECT_TRUE(doc["machine"].contains(key)) << key;
   EXPECT_EQ(doc["machine"]["gpu"], "simgpu");
   EXPECT_TRUE(doc.contains("date"));

@@ -209,6 +209,7 @@ TEST(BpfOffcpu, ReportsHistogramsOnlyForTheRequestedProcess) {
   ASSERT_EQ(report["processes"].size(), 1u) << report.dump(2);
   const json& process = report["processes"][0];
   EXPECT_EQ(process["tgid"], traced.pid());
+  EXPECT_EQ(report["tracepoints"], "tp_btf");
   // ~1000 wakeups in one second; a loaded machine still gives far more than 50.
   EXPECT_GT(process["off_cpu"]["count"].get<uint64_t>(), 50u);
   EXPECT_GT(process["runq_latency"]["count"].get<uint64_t>(), 50u);
@@ -218,6 +219,19 @@ TEST(BpfOffcpu, ReportsHistogramsOnlyForTheRequestedProcess) {
   EXPECT_GT(off_p50, 1e5);
   EXPECT_LT(off_p50, 1e8);
   for (const json& p : report["processes"]) EXPECT_NE(p["tgid"], untraced.pid());
+}
+
+TEST(BpfOffcpu, RawTracepointsGiveTheSameHistogramsWhereBtfOnesAreMissing) {
+  REQUIRE_BPF_OR_SKIP();
+  SleepyChild traced;
+  Process trace({QUANTA_TRACE_PATH, "offcpu", "--raw-tracepoints", "--pid",
+                 std::to_string(traced.pid()), "--duration", "1", "--json"});
+  ASSERT_EQ(trace.finish(), 0) << trace.err();
+  const json report = json::parse(trace.out());
+  EXPECT_EQ(report["tracepoints"], "raw_tp");
+  ASSERT_EQ(report["processes"].size(), 1u) << report.dump(2);
+  EXPECT_GT(report["processes"][0]["off_cpu"]["count"].get<uint64_t>(), 50u);
+  EXPECT_GT(report["processes"][0]["runq_latency"]["count"].get<uint64_t>(), 50u);
 }
 
 TEST(BpfOffcpu, PidThatDoesNotExistIsRejectedByNumber) {

@@ -66,10 +66,12 @@ const port = Number(listen.split(":").pop());
 const metricsPort = (arbiter.ports ?? []).find((p) => p.name === "metrics");
 report.check(metricsPort && metricsPort.containerPort === port,
   `the container's metrics port (${metricsPort?.containerPort}) is the [metrics] listen port of the node config (${listen})`);
-for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+// Liveness and start-up ask /healthz (503 once the event loop stops publishing); readiness
+// asks /metrics, what Prometheus scrapes.
+for (const [probe, path] of [["startupProbe", "/healthz"], ["readinessProbe", "/metrics"], ["livenessProbe", "/healthz"]]) {
   const p = arbiter[probe];
-  report.check(p?.httpGet?.path === "/metrics" && (p.httpGet.port === "metrics" || p.httpGet.port === port),
-    `${probe} requests /metrics on the metrics port`);
+  report.check(p?.httpGet?.path === path && (p.httpGet.port === "metrics" || p.httpGet.port === port),
+    `${probe} requests ${path} on the metrics port`);
 }
 const configArg = args.find((a) => a.startsWith("--config="))?.slice("--config=".length);
 const configMount = (arbiter.volumeMounts ?? []).find((m) => configArg?.startsWith(m.mountPath + "/"));

@@ -13,16 +13,6 @@
 namespace quanta::integration {
 namespace {
 
-constexpr uint64_t kMs = 1000000ull;
-
-std::string test_name() {
-  return ::testing::UnitTest::GetInstance()->current_test_info()->name();
-}
-
-std::string start_in(double ms) {
-  return std::to_string(realtime_ns() + static_cast<int64_t>(ms * 1e6));
-}
-
 std::vector<std::string> batch(double seconds, const std::string& start_at) {
   return {"batch",      "--seconds", std::to_string(seconds), "--kernel-ms", "2", "--depth", "2",
           "--start-at", start_at};
@@ -82,6 +72,28 @@ bool admitted(World& world, const std::vector<pid_t>& pids) {
   });
 }
 
+// A launcher waiting at the gate publishes its want and rings once; it rings again only
+// once a second (or when its want was cleared), since the arbiter's heartbeat reads every
+// want anyway. Ten rings a second from each of 64 waiters made the arbiter look at the GPU
+// 640 times a second for nothing new.
+TEST(Drain, AWaiterAtADrainedGpuRemindsTheArbiterOnceASecond) {
+  World world(test_name(), ArbiterConfig{.quantum = "10ms", .pods = {{"a", 1, ""}}});
+  world.start_arbiter();
+  Child a = world.spawn_tenant(batch(5.0, start_in(300)), "a", true);
+  ASSERT_TRUE(admitted(world, {a.pid()})) << world.arbiter_log();
+  sleep_ms(500);
+  Ctl drain = quantactl(world, {"drain", "0", "--timeout", "10s"});
+  ASSERT_EQ(drain.code, 0) << drain.out << drain.err;
+  sleep_ms(300);  // the tenant's next launch waits at the gate
+  const uint64_t before = status(world)["gpus"][0].value("doorbells", 0ull);
+  sleep_ms(3000);
+  const uint64_t rang = status(world)["gpus"][0].value("doorbells", 0ull) - before;
+  EXPECT_LE(rang, 8u) << "one waiter rang the doorbell " << rang << " times in 3 s";
+  EXPECT_GE(rang, 1u) << "the waiter never reminded the arbiter";
+  ASSERT_EQ(quantactl(world, {"undrain", "0"}).code, 0);
+  expect_clean_exit(a, "tenant a");
+}
+
 TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
   World world(test_name(), ArbiterConfig{.quantum = "10ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
   world.start_arbiter();
@@ -124,7 +136,7 @@ TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
 TEST(Drain, MigInstanceByUuidStopsOnlyThatInstance) {
   World world(test_name(),
               ArbiterConfig{.quantum = "10ms", .pods = {{"left", 1, ""}, {"right", 1, ""}}},
-              WorldExtras{.extra_toml = "", .sim_env = {{"SIMGPU_MIG", "0:2"}}});
+              WorldExtras{.sim_env = {{"SIMGPU_MIG", "0:2"}}});
   world.start_arbiter();
   nlohmann::json s = status(world);
   ASSERT_EQ(s["gpus"].size(), 2u) << s.dump();

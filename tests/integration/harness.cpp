@@ -64,6 +64,14 @@ int64_t realtime_ns() {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000ll + ts.tv_nsec;
 }
 
+std::string test_name() {
+  return ::testing::UnitTest::GetInstance()->current_test_info()->name();
+}
+
+std::string start_in(double ms) {
+  return std::to_string(realtime_ns() + static_cast<int64_t>(ms * 1e6));
+}
+
 void sleep_ms(double ms) {
   timespec ts{static_cast<time_t>(ms / 1000), static_cast<long>(std::fmod(ms, 1000.0) * 1e6)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -178,8 +186,9 @@ World::World(const std::string& test_name, ArbiterConfig config, WorldExtras ext
   scope_ = "qi" + tag;
   sim_state_ = "quanta-it-" + tag;
   sim_log_ = dir_.file("simgpu.log");
-  tenant_socket_ = dir_.file("tenant.sock");
-  admin_socket_ = dir_.file("admin.sock");
+  if (config_.sockets_in_run_dir) mkdir(dir_.file("run").c_str(), 0755);
+  tenant_socket_ = dir_.file(config_.sockets_in_run_dir ? "run/tenant.sock" : "tenant.sock");
+  admin_socket_ = dir_.file(config_.sockets_in_run_dir ? "run/admin.sock" : "admin.sock");
   config_path_ = dir_.file("quanta.toml");
   mkdir(dir_.file("state").c_str(), 0700);
   std::ofstream toml(config_path_);
@@ -188,8 +197,9 @@ World::World(const std::string& test_name, ArbiterConfig config, WorldExtras ext
        << "tenant_socket = \"" << tenant_socket_ << "\"\n"
        << "admin_socket = \"" << admin_socket_ << "\"\n"
        << "state_dir = \"" << dir_.file("state") << "\"\n"
-       << "allow_unregistered = " << (config_.allow_unregistered ? "true" : "false") << "\n"
-       << "[scheduler]\n"
+       << "allow_unregistered = " << (config_.allow_unregistered ? "true" : "false") << "\n";
+  if (!config_.nvml_interval.empty()) toml << "nvml_interval = \"" << config_.nvml_interval << "\"\n";
+  toml << "[scheduler]\n"
        << "quantum = \"" << config_.quantum << "\"\n"
        << "revoke_timeout = \"" << config_.revoke_timeout << "\"\n"
        << "lease = \"" << config_.lease << "\"\n"
@@ -198,7 +208,7 @@ World::World(const std::string& test_name, ArbiterConfig config, WorldExtras ext
     toml << "[pod.\"" << pod.name << "\"]\n" << "weight = " << pod.weight << "\n";
     if (!pod.memory_limit.empty()) toml << "memory_limit = \"" << pod.memory_limit << "\"\n";
   }
-  toml << extras_.extra_toml;
+  toml << config_.extra;
 }
 
 World::~World() {
@@ -249,6 +259,34 @@ Child World::spawn(const std::vector<std::string>& argv, const Env& env) {
   return Child(argv, env, dir_.file("out." + std::to_string(n)), dir_.file("err." + std::to_string(n)));
 }
 
+Child World::spawn_on_node(const std::string& node_conf, const std::string& container_conf,
+                           const std::vector<std::string>& argv, const Env& env) {
+  const int n = spawned_;
+  const std::string files = dir_.file("etc." + std::to_string(n));
+  mkdir(files.c_str(), 0700);
+  if (!node_conf.empty()) std::ofstream(files + "/node.conf") << node_conf;
+  if (!container_conf.empty()) std::ofstream(files + "/container.conf") << container_conf;
+  std::vector<std::string> wrapped = {QUANTA_ETC_RUNNER, files, dir_.file("scratch." + std::to_string(n)), "--"};
+  wrapped.insert(wrapped.end(), argv.begin(), argv.end());
+  return spawn(wrapped, env);
+}
+
+bool World::node_files_supported() {
+  static const int supported = [] {
+    TempDir dir;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      execl(QUANTA_ETC_RUNNER, QUANTA_ETC_RUNNER, dir.path().c_str(), dir.file("scratch").c_str(), "--",
+            "/bin/true", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 1 : 0;
+  }();
+  return supported == 1;
+}
+
 Child World::spawn_tenant(const std::vector<std::string>& args, const std::string& pod, bool preload, Env extra) {
   std::vector<std::string> argv = {QUANTA_TENANT_BINARY, "--json"};
   argv.insert(argv.end(), args.begin(), args.end());
@@ -262,8 +300,10 @@ void World::start_arbiter() {
   Env env = tenant_env("", false);
   env["QUANTA_LOG_LEVEL"] = "info";
   const int run = arbiter_runs_++;
-  arbiter_ = Child({QUANTA_ARBITER_BINARY, "--foreground", "--config", config_path_}, env, dir_.file("arbiter.out." + std::to_string(run)),
-                   dir_.file("arbiter.log." + std::to_string(run)));
+  const char* other = getenv("QUANTA_TEST_ARBITER");  // an older build, to show a regression
+  arbiter_ = Child({other != nullptr ? other : QUANTA_ARBITER_BINARY, "--foreground", "--config", config_path_}, env,
+                   dir_.file("arbiter.out." + std::to_string(run)), dir_.file("arbiter.log." + std::to_string(run)));
+  arbiter_pid_.store(arbiter_.pid());
   const bool up = eventually(10.0, [&] {
     if (!arbiter_.running()) return true;
     struct stat st {};
@@ -275,6 +315,41 @@ void World::start_arbiter() {
 void World::kill_arbiter(int sig) {
   arbiter_.signal(sig);
   arbiter_.wait(10);
+  arbiter_pid_.store(0);
+}
+
+std::set<pid_t> World::connected_pids() const {
+  std::set<pid_t> out;
+  const nlohmann::json status = admin({{"cmd", "status"}});
+  for (const auto& gpu : status.value("gpus", nlohmann::json::array()))
+    for (const auto& t : gpu.value("tenants", nlohmann::json::array()))
+      if (t.value("connected", false)) out.insert(t.value("pid", 0));
+  return out;
+}
+
+nlohmann::json World::admin(const nlohmann::json& request) const {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", admin_socket_.c_str());
+  nlohmann::json failed = {{"ok", false}, {"error", "admin socket unreachable"}};
+  if (fd < 0) return failed;
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    close(fd);
+    return failed;
+  }
+  const std::string line = request.dump() + "\n";
+  std::string in;
+  if (write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
+    char buf[8192];
+    ssize_t n;
+    while (in.find('\n') == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0) in.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  nlohmann::json out = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
+  return out.is_object() ? out : failed;
 }
 
 std::string World::arbiter_log() const {
@@ -332,11 +407,31 @@ std::map<pid_t, uint64_t> busy_by_pid(const std::vector<Slice>& slices, uint64_t
 
 // ---------------------------------------------------------------------------------------
 
+int open_arbiter_region(const World& world, const std::string& name, int flags) {
+  const pid_t pid = world.arbiter_pid();
+  if (pid <= 0) return -1;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  const std::string memfd = "/memfd:" + name + " (deleted)";
+  const std::string named = "/dev/shm/" + name;  // arbiters before sealed memfds
+  DIR* fds = opendir(dir.c_str());
+  if (fds == nullptr) return -1;
+  int out = -1;
+  while (dirent* entry = readdir(fds)) {
+    char link[512] = {};
+    const std::string path = dir + "/" + entry->d_name;
+    if (readlink(path.c_str(), link, sizeof link - 1) <= 0 || (memfd != link && named != link)) continue;
+    out = open(path.c_str(), flags | O_CLOEXEC);
+    if (out >= 0) break;
+  }
+  closedir(fds);
+  return out;
+}
+
 namespace {
 
 template <typename T>
-const T* map_shm(const std::string& name) {
-  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+const T* map_region(const World& world, const std::string& name) {
+  const int fd = open_arbiter_region(world, name, O_RDONLY);
   if (fd < 0) return nullptr;
   struct stat st {};
   const T* region = nullptr;
@@ -350,8 +445,8 @@ const T* map_shm(const std::string& name) {
 
 }  // namespace
 
-ControlView::ControlView(const std::string& scope, uint32_t gpu_index)
-    : region_(map_shm<common::ControlRegion>("/" + scope + ".gpu." + std::to_string(gpu_index))) {}
+ControlView::ControlView(const World& world, uint32_t gpu_index)
+    : region_(map_region<common::ControlRegion>(world, world.scope() + ".gpu." + std::to_string(gpu_index))) {}
 
 ControlView::~ControlView() {
   if (region_) munmap(const_cast<common::ControlRegion*>(region_), sizeof(common::ControlRegion));
@@ -365,16 +460,16 @@ uint32_t ControlView::slot_of(pid_t pid) const {
   return common::kNoSlot;
 }
 
-PodView::PodView(const std::string& scope, uint32_t pod_index)
-    : region_(map_shm<common::PodRegion>("/" + scope + ".pod." + std::to_string(pod_index))) {}
+PodView::PodView(const World& world, uint32_t pod_index)
+    : region_(map_region<common::PodRegion>(world, world.scope() + ".pod." + std::to_string(pod_index))) {}
 
 PodView::~PodView() {
   if (region_) munmap(const_cast<common::PodRegion*>(region_), sizeof(common::PodRegion));
 }
 
-int find_pod_region(const std::string& scope, const std::string& pod_key) {
+int find_pod_region(const World& world, const std::string& pod_key) {
   for (uint32_t index = 0; index < 256; ++index) {
-    PodView view(scope, index);
+    PodView view(world, index);
     if (!view.ok()) continue;
     const std::string key(view->header.pod_key, strnlen(view->header.pod_key, sizeof view->header.pod_key));
     if (key == pod_key || (key.size() > pod_key.size() && key.compare(key.size() - pod_key.size(), pod_key.size(), pod_key) == 0 &&

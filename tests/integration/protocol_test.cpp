@@ -16,8 +16,6 @@
 namespace quanta::integration {
 namespace {
 
-std::string test_name() { return ::testing::UnitTest::GetInstance()->current_test_info()->name(); }
-
 // A tenant connection without the shim: one message out, one message and its fds back.
 class RawClient {
  public:
@@ -113,7 +111,7 @@ TEST(Integration, ArbiterAdmitsARawClientWithItsRegions) {
   munmap(const_cast<common::PodRegion*>(pod), sizeof(common::PodRegion));
 
   // Attach GPU 0 by the UUID its control region names.
-  ControlView control(world.scope(), 0);
+  ControlView control(world, 0);
   ASSERT_TRUE(control.ok());
   common::AttachMessage attach{};
   attach.header = common::make_header<common::AttachMessage>(common::MessageType::kAttach);

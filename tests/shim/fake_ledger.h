@@ -32,6 +32,8 @@ struct fake_ledger {
   uint64_t committed; /* for test programs: bytes they hold, by their own count */
   uint64_t max_committed;
   uint64_t denials;
+  uint32_t refuse_cuda; /* 1: link_refuses_cuda() answers true (set by test programs) */
+  uint32_t reserved;
   struct fake_device_account devices[FAKE_LEDGER_DEVICES];
 };
 

@@ -112,15 +112,44 @@ bool link_memory_account(CUdevice device, MemoryAccount* out) {
   return true;
 }
 
-void link_gate_enter(CUcontext context) {
+bool link_observed_account(CUdevice device, MemoryAccount* out) {
+  return link_memory_account(device, out);
+}
+
+// The fake link never joins late; a test program sets the ledger file's refuse_cuda to
+// make it refuse CUDA, so every wrapper's refusal path can be tested without an arbiter.
+bool link_may_join(CUdevice) {
+  return false;
+}
+
+bool link_refuses_cuda() {
+  fake_ledger* file = ledger();
+  return file && atomic_at(&file->refuse_cuda)->load(std::memory_order_acquire) != 0;
+}
+
+LinkSettings link_settings() {
+  return LinkSettings{options().count_managed, options().context_overhead_bytes};
+}
+
+bool link_gate_enter(CUcontext context) {
+  if (link_refuses_cuda()) return false;
   if (fake_ledger* file = ledger()) {
     atomic_at(&file->gate_enters)->fetch_add(1);
     if (fake_device_account* slot = account_of_context(context))
       atomic_at(&slot->gate_enters)->fetch_add(1);
   }
+  return true;
 }
 
-void link_gate_leave(CUcontext context, CUresult) {
+GateTry link_gate_try_enter(CUcontext context) {
+  return link_gate_enter(context) ? GateTry::kPassed : GateTry::kRefused;
+}
+
+bool link_gate_await(CUcontext, const CUcontext*, unsigned) {
+  return !link_refuses_cuda();
+}
+
+void link_gate_leave(CUcontext context, CUresult, CUstream) {
   if (fake_ledger* file = ledger()) {
     atomic_at(&file->gate_leaves)->fetch_add(1);
     if (fake_device_account* slot = account_of_context(context))

@@ -9,7 +9,10 @@
  *              all reach the ledger and the launch gate
  *   disabled   QUANTA_DISABLE=1: no charge, no gate
  *   managed-uncounted  QUANTA_COUNT_MANAGED=0: managed memory is not charged
- *   threads    eight threads allocating and freeing at once leave the ledger exact */
+ *   threads    eight threads allocating and freeing at once leave the ledger exact
+ *   refused    while the link refuses CUDA: every device allocation family gets
+ *              CUDA_ERROR_OUT_OF_MEMORY, contexts and gated calls CUDA_ERROR_DEVICE_UNAVAILABLE,
+ *              nothing reaches the driver or the ledger; all of it works again after */
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <pthread.h>
@@ -77,10 +80,13 @@ static void families(void) {
   CHECK_CU(cuMemAllocAsync(&p, 5 * MiB, stream));
   EXPECT_CHARGE(base, 5 * MiB, "cuMemAllocAsync");
   CHECK_CU(cuMemFreeAsync(p, stream));
+  /* The default pool (release threshold 0) gives it back at the next synchronisation. */
+  CHECK_CU(cuStreamSynchronize(stream));
   EXPECT_RETURNED(base, "cuMemAllocAsync");
   CHECK_CU(cuMemAllocAsync_ptsz(&p, 5 * MiB, CU_STREAM_PER_THREAD));
   EXPECT_CHARGE(base, 5 * MiB, "cuMemAllocAsync_ptsz");
   CHECK_CU(cuMemFreeAsync_ptsz(p, CU_STREAM_PER_THREAD));
+  CHECK_CU(cuStreamSynchronize_ptsz(CU_STREAM_PER_THREAD));
   EXPECT_RETURNED(base, "cuMemAllocAsync_ptsz");
 
   CUmemPoolProps props;
@@ -93,10 +99,12 @@ static void families(void) {
   CHECK_CU(cuMemAllocFromPoolAsync(&p, 4 * MiB, pool, stream));
   EXPECT_CHARGE(base, 4 * MiB, "cuMemAllocFromPoolAsync");
   CHECK_CU(cuMemFreeAsync(p, stream));
+  CHECK_CU(cuStreamSynchronize(stream));
   EXPECT_RETURNED(base, "cuMemAllocFromPoolAsync");
   CHECK_CU(cuMemAllocFromPoolAsync_ptsz(&p, 4 * MiB, pool, stream));
   EXPECT_CHARGE(base, 4 * MiB, "cuMemAllocFromPoolAsync_ptsz");
   CHECK_CU(cuMemFreeAsync_ptsz(p, stream));
+  CHECK_CU(cuCtxSynchronize());
   EXPECT_RETURNED(base, "cuMemAllocFromPoolAsync_ptsz");
   CHECK_CU(cuMemPoolDestroy(pool));
   /* A pool placed in host memory holds no device memory: not counted. */
@@ -516,11 +524,76 @@ static void disabled(void) {
   CHECK_CU(cuMemFree_v2(p));
 }
 
+static void set_refused(int on) {
+  __atomic_store_n(&ledger->refuse_cuda, on ? 1u : 0u, __ATOMIC_RELEASE);
+}
+
+static void refused(void) {
+  CUcontext ctx = make_context(0);
+  CUstream stream = NULL;
+  CHECK_CU(cuStreamCreate(&stream, 0));
+  CUmodule module = NULL;
+  CUfunction spin = NULL;
+  CHECK_CU(cuModuleLoadData(&module, "quanta"));
+  CHECK_CU(cuModuleGetFunction(&spin, module, "quanta_spin"));
+  CUdeviceptr kept = 0;
+  CHECK_CU(cuMemAlloc_v2(&kept, MiB));
+  const uint64_t base = used();
+  const uint64_t enters = probe_load(&ledger->gate_enters);
+  set_refused(1);
+  CUdeviceptr p = 0;
+  size_t pitch = 0;
+  CHECK(cuMemAlloc_v2(&p, MiB) == CUDA_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2 while refused");
+  CHECK(cuMemAllocPitch_v2(&p, &pitch, 1024, 64, 4) == CUDA_ERROR_OUT_OF_MEMORY,
+        "pitch while refused");
+  CHECK(cuMemAllocManaged(&p, MiB, CU_MEM_ATTACH_GLOBAL) == CUDA_ERROR_OUT_OF_MEMORY,
+        "managed while refused");
+  CHECK(cuMemAllocAsync(&p, MiB, stream) == CUDA_ERROR_OUT_OF_MEMORY, "async while refused");
+  CUmemAllocationProp prop = {0};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  CUmemGenericAllocationHandle handle = 0;
+  CHECK(cuMemCreate(&handle, 2 * MiB, &prop, 0) == CUDA_ERROR_OUT_OF_MEMORY,
+        "cuMemCreate while refused");
+  CUDA_ARRAY_DESCRIPTOR desc = {0};
+  desc.Width = 64;
+  desc.Height = 64;
+  desc.Format = CU_AD_FORMAT_FLOAT;
+  desc.NumChannels = 1;
+  CUarray array = NULL;
+  CHECK(cuArrayCreate_v2(&array, &desc) == CUDA_ERROR_OUT_OF_MEMORY, "array while refused");
+  CUcontext other = NULL;
+  CHECK(cuCtxCreate_v2(&other, 0, device) == CUDA_ERROR_DEVICE_UNAVAILABLE,
+        "context while refused");
+  CHECK(cuDevicePrimaryCtxRetain(&other, device) == CUDA_ERROR_DEVICE_UNAVAILABLE,
+        "primary context while refused");
+  unsigned long long ns = 1000;
+  void* params[] = {&ns};
+  CHECK(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL) ==
+            CUDA_ERROR_DEVICE_UNAVAILABLE,
+        "launch while refused");
+  CHECK(cuMemsetD8_v2(kept, 0, MiB) == CUDA_ERROR_DEVICE_UNAVAILABLE, "memset while refused");
+  CHECK(used() == base, "refused calls charged %lld bytes", (long long)(used() - base));
+  CHECK(probe_load(&ledger->gate_enters) == enters, "a refused launch entered the gate");
+  set_refused(0);
+  CHECK_CU(cuMemAlloc_v2(&p, MiB));
+  CHECK_CU(cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL));
+  CHECK_CU(cuCtxSynchronize());
+  CHECK_CU(cuMemFree_v2(p));
+  CHECK_CU(cuMemFree_v2(kept));
+  CHECK(probe_load(&ledger->gate_enters) == probe_load(&ledger->gate_leaves),
+        "gate entries and exits do not pair up");
+  CHECK_CU(cuStreamDestroy(stream));
+  CHECK_CU(cuCtxDestroy_v2(ctx));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     fprintf(stderr,
             "usage: %s "
-            "families|overcap|views|untracked|devices|paths|disabled|managed-uncounted|threads\n",
+            "families|overcap|views|untracked|devices|paths|disabled|managed-uncounted|threads|"
+            "refused\n",
             argv[0]);
     return 2;
   }
@@ -545,6 +618,8 @@ int main(int argc, char** argv) {
     managed_uncounted();
   else if (!strcmp(mode, "threads"))
     threads();
+  else if (!strcmp(mode, "refused"))
+    refused();
   else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

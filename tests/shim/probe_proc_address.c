@@ -40,7 +40,9 @@ static const struct expectation kCases[] = {
     {"cuGetProcAddress", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetProcAddress_v2", 1},
     {"cuDeviceGetName", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuDeviceGetName", 0},
     {"cuStreamSynchronize", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM,
-     "cuStreamSynchronize_ptsz", 0},
+     "cuStreamSynchronize_ptsz", 1},
+    {"cuStreamQuery", 12000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, "cuStreamQuery_ptsz",
+     0},
     {"cuGetExportTable", 12000, CU_GET_PROC_ADDRESS_DEFAULT, "cuGetExportTable", 0},
 };
 

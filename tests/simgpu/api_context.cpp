@@ -133,6 +133,7 @@ CUresult cuCtxGetId(CUcontext ctx, unsigned long long* ctxId) {
 CUresult cuCtxSynchronize() {
   SIMGPU_REQUIRE_CONTEXT(ctx);
   engine_for(ctx->device).wait(stream_tail(ctx, nullptr));
+  release_pool_memory_at_sync();
   return CUDA_SUCCESS;
 }
 
@@ -140,6 +141,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (ctx == nullptr) return cuCtxSynchronize();
   if (CUresult r = valid_context(ctx); r != CUDA_SUCCESS) return r;
   engine_for(ctx->device).wait(stream_tail(ctx, nullptr));
+  release_pool_memory_at_sync();
   return CUDA_SUCCESS;
 }
 

@@ -1,5 +1,6 @@
-// Driver entry points for capture-free graphs: kernel, memory-allocation and free nodes,
-// instantiation and launch. A launched graph is queued as its kernels' total duration.
+// Driver entry points for graphs: kernel, memory-allocation and free nodes, stream capture,
+// instantiation and launch. A launched graph is queued as its kernels' total duration and
+// then runs its free nodes.
 #include <memory>
 #include <vector>
 
@@ -8,20 +9,9 @@
 
 using namespace quanta::simgpu;
 
-enum class GraphNodeType : uint8_t { Kernel, MemAlloc, MemFree, Empty };
-
-struct CUgraphNode_st {
-  GraphNodeType type = GraphNodeType::Empty;
-  uint64_t duration_ns = 0;
-  CUdeviceptr dptr = 0;
-};
-
-struct CUgraph_st {
-  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
-};
-
 struct CUgraphExec_st {
   uint64_t duration_ns = 0;
+  std::vector<CUdeviceptr> frees;  // what its free nodes free, each time it runs
 };
 
 namespace {
@@ -29,9 +19,7 @@ namespace {
 CUresult add_node(CUgraphNode* phGraphNode, CUgraph hGraph, std::unique_ptr<CUgraphNode_st> node) {
   if (phGraphNode == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!has_handle(hGraph, HandleKind::Graph)) return CUDA_ERROR_INVALID_VALUE;
-  *phGraphNode = node.get();
-  add_handle(node.get(), HandleKind::GraphNode);
-  hGraph->nodes.push_back(std::move(node));
+  *phGraphNode = add_graph_node(hGraph, std::move(node));
   return CUDA_SUCCESS;
 }
 
@@ -54,6 +42,7 @@ CUresult instantiate(CUgraphExec* phGraphExec, CUgraph hGraph) {
   auto* exec = new CUgraphExec_st();
   for (const auto& n : hGraph->nodes) {
     if (n->type == GraphNodeType::Kernel) exec->duration_ns += n->duration_ns;
+    if (n->type == GraphNodeType::MemFree) exec->frees.push_back(n->dptr);
   }
   add_handle(exec, HandleKind::GraphExec);
   *phGraphExec = exec;
@@ -66,13 +55,87 @@ CUresult graph_launch(CUgraphExec exec, CUstream h) {
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  if (s != nullptr && s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   enqueue_work(ctx, s, exec->duration_ns);
+  // Free nodes free when the graph runs (here: at launch, as every stream-ordered free in
+  // simgpu happens at its enqueue). A pointer already freed by an earlier launch is skipped.
+  for (CUdeviceptr p : exec->frees) free_device_memory(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult begin_capture(CUstream h) {
+  SIMGPU_REQUIRE_INIT();
+  CUctx_st* ctx = nullptr;
+  CUstream_st* s = nullptr;
+  if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  // The legacy and per-thread default streams cannot be captured.
+  if (s == nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (s->capture != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  auto* g = new CUgraph_st();
+  add_handle(g, HandleKind::Graph);
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  s->capture = g;
+  s->capture_id = rt.next_capture_id++;
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream h, CUgraph* phGraph) {
+  SIMGPU_REQUIRE_INIT();
+  if (phGraph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* ctx = nullptr;
+  CUstream_st* s = nullptr;
+  if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  if (s == nullptr || s->capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  *phGraph = s->capture;
+  s->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_status(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id) {
+  SIMGPU_REQUIRE_INIT();
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CUctx_st* ctx = nullptr;
+  CUstream_st* s = nullptr;
+  if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  const bool active = s != nullptr && s->capture != nullptr;
+  *status = active ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id != nullptr && active) *id = s->capture_id;
   return CUDA_SUCCESS;
 }
 
 }  // namespace
 
 extern "C" {
+
+// Stream capture: work, stream-ordered allocations and frees on a capturing stream become
+// nodes of its graph (kernels and copies by their duration) instead of running.
+CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode) {
+  return begin_capture(hStream);
+}
+CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode) {
+  return begin_capture(hStream);
+}
+CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
+  return end_capture(hStream, phGraph);
+}
+CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
+  return end_capture(hStream, phGraph);
+}
+CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return capture_status(hStream, captureStatus, nullptr);
+}
+CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus) {
+  return capture_status(hStream, captureStatus, nullptr);
+}
+CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                cuuint64_t* id_out) {
+  return capture_status(hStream, captureStatus_out, id_out);
+}
+CUresult cuStreamGetCaptureInfo_ptsz(CUstream hStream, CUstreamCaptureStatus* captureStatus_out,
+                                     cuuint64_t* id_out) {
+  return capture_status(hStream, captureStatus_out, id_out);
+}
 
 CUresult cuGraphCreate(CUgraph* phGraph, unsigned int flags) {
   SIMGPU_REQUIRE_INIT();

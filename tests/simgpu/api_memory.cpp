@@ -22,22 +22,28 @@ struct CUmipmappedArray_st {
   size_t size = 0;
 };
 
-struct CUmemPoolHandle_st {
-  int device = 0;
-  bool is_default = false;
-};
-
 namespace {
 
 constexpr size_t kVmmGranularity = 2u << 20;
 
+// Physical memory made by cuMemCreate. cuMemRelease drops the handle, but the memory
+// stays allocated (and charged) until its last mapping is unmapped, as the driver does.
 struct MemHandle {
   int device = 0;
   size_t size = 0;
   int fd = -1;
+  int mappings = 0;
+  bool released = false;
 };
 
-CUmemPoolHandle_st g_default_pools[kMaxDevices];
+// Frees a handle's physical memory once it is released and no longer mapped. Called with
+// the runtime lock held.
+void free_if_unreferenced(MemHandle* h) {
+  if (!h->released || h->mappings > 0) return;
+  release_device_memory(device_state(h->device), runtime().pid, h->size);
+  close(h->fd);
+  delete h;
+}
 
 size_t format_bytes(CUarray_format f) {
   switch (f) {
@@ -58,14 +64,34 @@ CUresult alloc_current(size_t bytes, AllocKind kind, CUdeviceptr* dptr) {
   return allocate_device_memory(ctx, bytes, kind, dptr);
 }
 
-CUresult alloc_on_stream(size_t bytes, CUstream h, CUdeviceptr* dptr) {
+// Stream-ordered allocation is immediate here (no kernel ever reads device memory, so
+// only the capacity accounting is observable). During a capture it is a graph
+// allocation: an alloc node in the capture's graph, its memory made (and charged) now and
+// not from the pool.
+CUresult alloc_on_stream(size_t bytes, CUstream h, CUmemoryPool pool, CUdeviceptr* dptr) {
   SIMGPU_REQUIRE_INIT();
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
-  // Stream-ordered allocation is immediate here: no kernel ever reads device memory, so
-  // only the capacity accounting is observable, and it happens at once.
-  return allocate_device_memory(ctx, bytes, AllocKind::Pool, dptr);
+  if (s != nullptr && s->capture != nullptr) {
+    if (CUresult r = allocate_device_memory(ctx, bytes, AllocKind::Device, dptr); r != CUDA_SUCCESS)
+      return r;
+    auto node = std::make_unique<CUgraphNode_st>();
+    node->type = GraphNodeType::MemAlloc;
+    node->dptr = *dptr;
+    add_graph_node(s->capture, std::move(node));
+    return CUDA_SUCCESS;
+  }
+  return allocate_from_pool(ctx, pool ? pool : current_pool(ctx->device), bytes, dptr);
+}
+
+bool is_pool(CUmemoryPool pool) {
+  if (pool == nullptr) return false;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  for (int d = 0; d < rt.device_count; ++d)
+    if (pool == &rt.default_pool[d]) return true;
+  return has_handle(pool, HandleKind::Pool);
 }
 
 bool is_device_range(CUdeviceptr p, size_t bytes) {
@@ -254,25 +280,39 @@ CUresult cuMemHostUnregister(void*) {
 
 // Stream-ordered allocation and pools.
 CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return alloc_on_stream(bytesize, hStream, dptr);
+  return alloc_on_stream(bytesize, hStream, nullptr, dptr);
 }
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
-  return alloc_on_stream(bytesize, hStream, dptr);
+  return alloc_on_stream(bytesize, hStream, nullptr, dptr);
 }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream hStream) {
-  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  return alloc_on_stream(bytesize, hStream, dptr);
+  SIMGPU_REQUIRE_INIT();
+  if (!is_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_on_stream(bytesize, hStream, pool, dptr);
 }
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                       CUstream hStream) {
   return cuMemAllocFromPoolAsync(dptr, bytesize, pool, hStream);
 }
+// A pool allocation goes back to its pool (which keeps it cached up to its release
+// threshold). During a capture the free is a free node of the capture's graph and frees
+// nothing until the graph is launched.
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   SIMGPU_REQUIRE_INIT();
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(hStream, ctx, s); r != CUDA_SUCCESS) return r;
+  if (s != nullptr && s->capture != nullptr) {
+    Allocation a;
+    if (!find_allocation(dptr, 1, &a) || a.kind == AllocKind::Host || a.kind == AllocKind::Vmm)
+      return CUDA_ERROR_INVALID_VALUE;
+    auto node = std::make_unique<CUgraphNode_st>();
+    node->type = GraphNodeType::MemFree;
+    node->dptr = dptr;
+    add_graph_node(s->capture, std::move(node));
+    return CUDA_SUCCESS;
+  }
   return cuMemFree_v2(dptr);
 }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
@@ -284,46 +324,119 @@ CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   if (pool == nullptr || poolProps == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const int dev = poolProps->location.id;
   if (dev < 0 || dev >= runtime().device_count) return CUDA_ERROR_INVALID_DEVICE;
-  auto* p = new CUmemPoolHandle_st{dev, false};
+  auto* p = new CUmemPoolHandle_st();
+  p->device = dev;
+  Runtime& rt = runtime();
+  {
+    std::lock_guard lock(rt.mu);
+    rt.pools.push_back(p);
+  }
   add_handle(p, HandleKind::Pool);
   *pool = p;
   return CUDA_SUCCESS;
 }
+// As the driver: with allocations outstanding the pool goes once the last is freed; its
+// cached memory is given back now.
 CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   SIMGPU_REQUIRE_INIT();
   if (!has_handle(pool, HandleKind::Pool)) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  for (int d = 0; d < rt.device_count; ++d)
+    if (rt.current_pool[d] == pool) rt.current_pool[d] = nullptr;
   remove_handle(pool);
-  delete pool;
+  pool->destroyed = true;
+  trim_pool(pool, 0);
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* pool_out, CUdevice dev) {
   SIMGPU_REQUIRE_INIT();
   if (pool_out == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (dev < 0 || dev >= runtime().device_count) return CUDA_ERROR_INVALID_DEVICE;
-  g_default_pools[dev].device = dev;
-  g_default_pools[dev].is_default = true;
-  *pool_out = &g_default_pools[dev];
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  rt.default_pool[dev].device = dev;
+  rt.default_pool[dev].is_default = true;
+  *pool_out = &rt.default_pool[dev];
   return CUDA_SUCCESS;
 }
 CUresult cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev) {
-  return cuDeviceGetDefaultMemPool(pool, dev);
-}
-CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool) {
   SIMGPU_REQUIRE_INIT();
-  return dev >= 0 && dev < runtime().device_count ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
-}
-CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void*) {
-  SIMGPU_REQUIRE_INIT();
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (dev < 0 || dev >= runtime().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = current_pool(dev);
   return CUDA_SUCCESS;
 }
-CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void* value) {
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   SIMGPU_REQUIRE_INIT();
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  std::memset(value, 0, sizeof(cuuint64_t));
+  if (dev < 0 || dev >= runtime().device_count) return CUDA_ERROR_INVALID_DEVICE;
+  if (!is_pool(pool) || pool->device != dev) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  rt.current_pool[dev] = pool;
   return CUDA_SUCCESS;
 }
-CUresult cuMemPoolTrimTo(CUmemoryPool, size_t) {
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   SIMGPU_REQUIRE_INIT();
+  if (!is_pool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      return CUDA_SUCCESS;  // reuse policy: every free is reusable at once here
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      pool->threshold = *static_cast<cuuint64_t*>(value);
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      pool->reserved_high = pool->reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      pool->used_high = pool->used;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  SIMGPU_REQUIRE_INIT();
+  if (!is_pool(pool) || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  auto* out = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      *static_cast<int*>(value) = 1;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *out = pool->threshold;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *out = pool->reserved;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *out = pool->reserved_high;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *out = pool->used;
+      return CUDA_SUCCESS;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *out = pool->used_high;
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+// Gives back cached memory until the pool holds at most max(minBytesToKeep, used).
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  SIMGPU_REQUIRE_INIT();
+  if (!is_pool(pool)) return CUDA_ERROR_INVALID_VALUE;
+  trim_pool(pool, minBytesToKeep);
   return CUDA_SUCCESS;
 }
 
@@ -362,15 +475,16 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
   return CUDA_SUCCESS;
 }
 
+// The handle is gone at once; its memory only with its last mapping (cuMemUnmap).
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   SIMGPU_REQUIRE_INIT();
   auto* h = reinterpret_cast<MemHandle*>(handle);
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
   if (!has_handle(h, HandleKind::MemHandle)) return CUDA_ERROR_INVALID_VALUE;
   remove_handle(h);
-  Runtime& rt = runtime();
-  release_device_memory(device_state(h->device), rt.pid, h->size);
-  close(h->fd);
-  delete h;
+  h->released = true;
+  free_if_unreferenced(h);
   return CUDA_SUCCESS;
 }
 
@@ -409,7 +523,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   if (p == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
   Runtime& rt = runtime();
   std::lock_guard lock(rt.mu);
-  rt.allocations[ptr] = Allocation{size, h->device, current_context(), AllocKind::Vmm, false};
+  Allocation a{size, h->device, current_context(), AllocKind::Vmm, false};
+  a.vmm_handle = h;
+  rt.allocations[ptr] = a;
+  ++h->mappings;
   return CUDA_SUCCESS;
 }
 
@@ -422,10 +539,14 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   std::lock_guard lock(rt.mu);
   auto it = rt.allocations.lower_bound(ptr);
   while (it != rt.allocations.end() && it->first < ptr + size) {
-    if (it->second.kind == AllocKind::Vmm)
-      it = rt.allocations.erase(it);
-    else
+    if (it->second.kind != AllocKind::Vmm) {
       ++it;
+      continue;
+    }
+    auto* h = static_cast<MemHandle*>(it->second.vmm_handle);
+    it = rt.allocations.erase(it);
+    // The last mapping of a released handle frees its physical memory.
+    if (h != nullptr && --h->mappings == 0) free_if_unreferenced(h);
   }
   return CUDA_SUCCESS;
 }

@@ -25,7 +25,9 @@ CUresult stream_synchronize(CUstream h) {
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  if (s != nullptr && s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   engine_for(ctx->device).wait(stream_tail(ctx, s));
+  release_pool_memory_at_sync();
   return CUDA_SUCCESS;
 }
 
@@ -34,6 +36,7 @@ CUresult stream_query(CUstream h) {
   CUctx_st* ctx = nullptr;
   CUstream_st* s = nullptr;
   if (CUresult r = resolve_stream(h, ctx, s); r != CUDA_SUCCESS) return r;
+  if (s != nullptr && s->capture != nullptr) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   return engine_for(ctx->device).is_complete(stream_tail(ctx, s)) ? CUDA_SUCCESS
                                                                   : CUDA_ERROR_NOT_READY;
 }
@@ -246,13 +249,14 @@ CUresult cuEventQuery(CUevent hEvent) {
   if (!has_handle(hEvent, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
   if (!hEvent->recorded) return CUDA_SUCCESS;
   return engine_of(hEvent->ticket).is_complete(hEvent->ticket) ? CUDA_SUCCESS
-                                                                       : CUDA_ERROR_NOT_READY;
+                                                               : CUDA_ERROR_NOT_READY;
 }
 
 CUresult cuEventSynchronize(CUevent hEvent) {
   SIMGPU_REQUIRE_INIT();
   if (!has_handle(hEvent, HandleKind::Event)) return CUDA_ERROR_INVALID_HANDLE;
   if (hEvent->recorded) engine_of(hEvent->ticket).wait(hEvent->ticket);
+  release_pool_memory_at_sync();
   return CUDA_SUCCESS;
 }
 

@@ -80,7 +80,11 @@ bool DeviceEngine::register_context(int32_t pid, int& slot, uint64_t& generation
     c.pid = pid;
     c.generation = gen;
     c.context_id = state_->next_context_id.fetch_add(1);
-    if (ProcessUsage* p = find_process(dev_, pid, true)) p->contexts++;
+    c.usage_index = -1;
+    if (ProcessUsage* p = find_process(dev_, pid, true)) {
+      p->contexts++;
+      c.usage_index = static_cast<int32_t>(p - dev_.processes);
+    }
     slot = i;
     generation = gen;
     context_id = c.context_id;
@@ -173,35 +177,90 @@ uint64_t DeviceEngine::busy_ns() {
   return dev_.engine.busy_ns;
 }
 
+namespace {
+
+// Busy time in the buckets that overlap [from, to), the bucket holding `from` counted in
+// proportion to the part of it inside the window (work is taken as spread evenly in it).
+uint64_t busy_between(const UtilBuckets& u, uint64_t from, uint64_t to) {
+  const uint64_t first = from / kUtilBucketNs;
+  const uint64_t last = to / kUtilBucketNs;
+  uint64_t busy = 0;
+  for (int k = 0; k < kUtilBuckets; ++k) {
+    const uint64_t id = u.id[k];
+    if (id < first || id > last || u.busy_ns[k] == 0) continue;
+    if (id == first && from % kUtilBucketNs != 0) {
+      const uint64_t inside = (id + 1) * kUtilBucketNs - from;
+      busy += static_cast<uint64_t>(static_cast<double>(u.busy_ns[k]) *
+                                    static_cast<double>(std::min(inside, kUtilBucketNs)) /
+                                    static_cast<double>(kUtilBucketNs));
+    } else {
+      busy += u.busy_ns[k];
+    }
+  }
+  return std::min(busy, to - from);
+}
+
+void add_busy(UtilBuckets& u, uint64_t from, uint64_t to) {
+  while (from < to) {
+    const uint64_t id = from / kUtilBucketNs;
+    const uint64_t upto = std::min(to, (id + 1) * kUtilBucketNs);
+    const int k = static_cast<int>(id % kUtilBuckets);
+    if (u.id[k] != id) {
+      u.id[k] = id;
+      u.busy_ns[k] = 0;
+    }
+    u.busy_ns[k] += upto - from;
+    from = upto;
+  }
+}
+
+unsigned percent(uint64_t busy, uint64_t window) {
+  if (window == 0) return 0;
+  return static_cast<unsigned>(std::min<uint64_t>(100, (busy * 100 + window / 2) / window));
+}
+
+}  // namespace
+
 unsigned DeviceEngine::utilization_percent() {
   DeviceLock lock(dev_);
   const uint64_t now = monotonic_ns();
   advance(now);
-  const Engine& e = dev_.engine;
+  // Whole buckets back to a full second before the current one: 0.9-1 s of device time.
   const uint64_t current = now / kUtilBucketNs;
   const uint64_t first = current >= kUtilBuckets - 1 ? current - (kUtilBuckets - 1) : 0;
-  uint64_t busy = 0;
-  for (int k = 0; k < kUtilBuckets; ++k) {
-    if (e.util_bucket_id[k] >= first && e.util_bucket_id[k] <= current) busy += e.util_busy_ns[k];
+  const uint64_t from = first * kUtilBucketNs;
+  return percent(busy_between(dev_.engine.util, from, now), now - from);
+}
+
+size_t DeviceEngine::process_utilization(uint64_t since_ns, uint64_t now, ProcessBusy* out,
+                                         size_t capacity) {
+  DeviceLock lock(dev_);
+  advance(now);
+  const uint64_t horizon = now > kUtilWindowNs ? now - kUtilWindowNs : 0;
+  const uint64_t from = std::max(since_ns, horizon);
+  size_t n = 0;
+  for (const ProcessUsage& p : dev_.processes) {
+    if (p.pid == 0 || from >= now) continue;
+    const uint64_t busy = busy_between(p.util, from, now);
+    if (busy == 0 && p.contexts == 0) continue;
+    if (n < capacity) out[n] = ProcessBusy{p.pid, busy, now - from};
+    ++n;
   }
-  const uint64_t window = now - first * kUtilBucketNs;
-  return window == 0 ? 0 : static_cast<unsigned>(std::min<uint64_t>(100, busy * 100 / window));
+  return n;
 }
 
 void DeviceEngine::account_busy(uint64_t from, uint64_t to) {
   Engine& e = dev_.engine;
-  while (from < to) {
-    const uint64_t id = from / kUtilBucketNs;
-    const uint64_t bucket_end = (id + 1) * kUtilBucketNs;
-    const uint64_t upto = std::min(to, bucket_end);
-    const int k = static_cast<int>(id % kUtilBuckets);
-    if (e.util_bucket_id[k] != id) {
-      e.util_bucket_id[k] = id;
-      e.util_busy_ns[k] = 0;
-    }
-    e.util_busy_ns[k] += upto - from;
-    from = upto;
+  add_busy(e.util, from, to);
+  const ContextSlot& c = dev_.contexts[e.running];
+  ProcessUsage* p = nullptr;
+  if (c.usage_index >= 0 && c.usage_index < kMaxProcesses &&
+      dev_.processes[c.usage_index].pid == c.pid) {
+    p = &dev_.processes[c.usage_index];
   }
+  if (p == nullptr) return;  // its process's entry was reclaimed: nobody to charge
+  p->busy_ns += to - from;
+  add_busy(p->util, from, to);
 }
 
 int DeviceEngine::pick_next() const {

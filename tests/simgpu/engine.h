@@ -3,6 +3,7 @@
 // lives in shared memory and is computed lazily by whoever touches the device.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "shared_state.h"
@@ -10,6 +11,16 @@
 namespace quanta::simgpu {
 
 uint64_t monotonic_ns();
+
+// Device time one process's contexts ran within a window (NVML's per-process utilisation).
+struct ProcessBusy {
+  int32_t pid;
+  uint64_t busy_ns;
+  uint64_t window_ns;
+};
+
+// How far back per-process utilisation reaches: the buckets kept, less the current one.
+inline constexpr uint64_t kUtilWindowNs = (kUtilBuckets - 1) * kUtilBucketNs;
 
 // A point in one context's serial work stream (see ContextSlot).
 struct Ticket {
@@ -44,6 +55,10 @@ class DeviceEngine {
   uint64_t busy_ns();
   // Percent of the last second (of device time) the engine ran work.
   unsigned utilization_percent();
+  // Per process with a context on the device or busy in the window, the device time it
+  // ran from max(since_ns, now - kUtilWindowNs) to now. Writes at most `capacity` rows;
+  // returns how many there are.
+  size_t process_utilization(uint64_t since_ns, uint64_t now, ProcessBusy* out, size_t capacity);
 
  private:
   // Under the device lock: computes the timeline up to `now`.

@@ -1,6 +1,7 @@
 // The fake libnvidia-ml.so.1: NVML's device, memory, process and utilisation queries,
 // answered from the same shared device model the fake libcuda.so.1 keeps.
 #include <strings.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -239,6 +240,17 @@ nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int* index) {
   return NVML_SUCCESS;
 }
 
+// The device node a runtime gives a container for this GPU is /dev/nvidia<physical index>;
+// every MIG-like instance of one GPU shares it, as on the real driver.
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int* minorNumber) {
+  nvmlReturn_t rc;
+  DeviceState* d = device_of(device, rc);
+  if (d == nullptr) return rc;
+  if (minorNumber == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *minorNumber = static_cast<unsigned>(d->physical_index);
+  return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned int length) {
   nvmlReturn_t rc;
   DeviceState* d = device_of(device, rc);
@@ -290,14 +302,79 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
   return running_processes(device, infoCount, infos, true);
 }
 
+// NVML reports no utilisation for MIG instances (the real library answers NOT_SUPPORTED).
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
   nvmlReturn_t rc;
   DeviceState* d = device_of(device, rc);
   if (d == nullptr) return rc;
   if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d->mig_instance >= 0) return NVML_ERROR_NOT_SUPPORTED;
   DeviceEngine engine(nvml().state, device->index);
   utilization->gpu = engine.utilization_percent();
-  utilization->memory = 0;
+  utilization->memory = 0;  // copies are not told apart from kernels on the engine
+  return NVML_SUCCESS;
+}
+
+// One sample per process that had a context on the device or ran on it since
+// lastSeenTimeStamp (at most the last 0.9 s): its share of that period in smUtil, stamped
+// now. No such process: NOT_FOUND. As the real library does, a NULL buffer or one too
+// small gets INSUFFICIENT_SIZE with the count needed.
+nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                             nvmlProcessUtilizationSample_t* utilization,
+                                             unsigned int* processSamplesCount,
+                                             unsigned long long lastSeenTimeStamp) {
+  nvmlReturn_t rc;
+  DeviceState* d = device_of(device, rc);
+  if (d == nullptr) return rc;
+  if (processSamplesCount == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d->mig_instance >= 0) return NVML_ERROR_NOT_SUPPORTED;
+  timespec real{};
+  clock_gettime(CLOCK_REALTIME, &real);
+  const unsigned long long now_us = static_cast<unsigned long long>(real.tv_sec) * 1'000'000ULL +
+                                    static_cast<unsigned long long>(real.tv_nsec) / 1000;
+  const uint64_t now = monotonic_ns();
+  uint64_t since = 0;
+  if (lastSeenTimeStamp != 0) {
+    const unsigned long long ago_us = lastSeenTimeStamp >= now_us ? 0 : now_us - lastSeenTimeStamp;
+    since = ago_us * 1000 >= now ? 0 : now - ago_us * 1000;
+  }
+  ProcessBusy rows[kMaxProcesses];
+  DeviceEngine engine(nvml().state, device->index);
+  const size_t n = engine.process_utilization(since, now, rows, kMaxProcesses);
+  const unsigned capacity = *processSamplesCount;
+  *processSamplesCount = static_cast<unsigned>(n);
+  if (n == 0) return NVML_ERROR_NOT_FOUND;
+  if (utilization == nullptr || n > capacity) return NVML_ERROR_INSUFFICIENT_SIZE;
+  for (size_t i = 0; i < n; ++i) {
+    nvmlProcessUtilizationSample_t sample{};
+    sample.pid = static_cast<unsigned>(rows[i].pid);
+    sample.timeStamp = now_us;
+    const uint64_t window = rows[i].window_ns;
+    sample.smUtil = window == 0 ? 0
+                                : static_cast<unsigned>(std::min<uint64_t>(
+                                      100, (rows[i].busy_ns * 100 + window / 2) / window));
+    utilization[i] = sample;
+  }
+  return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int* isMigDevice) {
+  nvmlReturn_t rc;
+  DeviceState* d = device_of(device, rc);
+  if (d == nullptr) return rc;
+  if (isMigDevice == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  *isMigDevice = d->mig_instance >= 0 ? 1 : 0;
+  return NVML_SUCCESS;
+}
+
+// The GPU instance of a MIG device; a whole GPU has none (NOT_SUPPORTED, as NVML answers).
+nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int* id) {
+  nvmlReturn_t rc;
+  DeviceState* d = device_of(device, rc);
+  if (d == nullptr) return rc;
+  if (id == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  if (d->mig_instance < 0) return NVML_ERROR_NOT_SUPPORTED;
+  *id = static_cast<unsigned>(d->mig_instance);
   return NVML_SUCCESS;
 }
 

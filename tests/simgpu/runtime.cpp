@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -185,6 +186,14 @@ CUresult resolve_stream(CUstream h, CUctx_st*& ctx, CUstream_st*& stream) {
 }
 
 Ticket enqueue_work(CUctx_st* ctx, CUstream_st* stream, uint64_t duration_ns) {
+  if (stream != nullptr && stream->capture != nullptr) {
+    // Captured work is recorded, not run: it runs when the graph is launched.
+    auto node = std::make_unique<CUgraphNode_st>();
+    node->type = GraphNodeType::Kernel;
+    node->duration_ns = duration_ns;
+    add_graph_node(stream->capture, std::move(node));
+    return stream->last;
+  }
   Ticket t = engine_for(ctx->device).submit(ctx->slot, ctx->generation, duration_ns);
   if (stream != nullptr) stream->last = t;
   return t;
@@ -234,10 +243,87 @@ CUresult free_device_memory(CUdeviceptr ptr) {
       return CUDA_ERROR_INVALID_VALUE;
     a = it->second;
     rt.allocations.erase(it);
+    if (a.pool != nullptr) {
+      // Back to the pool: its reserve keeps the memory until a trim gives it back.
+      a.pool->used -= std::min(a.pool->used, static_cast<uint64_t>(a.size));
+      if (a.pool->destroyed) trim_pool(a.pool, 0);
+    }
   }
   if (a.owns_mapping) munmap(reinterpret_cast<void*>(ptr), a.size);
-  if (a.device >= 0) release_device_memory(device_state(a.device), rt.pid, a.size);
+  if (a.device >= 0 && a.pool == nullptr)
+    release_device_memory(device_state(a.device), rt.pid, a.size);
   return CUDA_SUCCESS;
+}
+
+CUresult allocate_from_pool(CUctx_st* ctx, CUmemPoolHandle_st* pool, size_t bytes,
+                            CUdeviceptr* out) {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  const uint64_t cached = pool->reserved - pool->used;
+  const uint64_t grow = bytes > cached ? bytes - cached : 0;
+  if (grow > 0 && !reserve_device_memory(device_state(pool->device), rt.pid, grow))
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  // The address is new even when the memory is reused: only the reserve is physical.
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    if (grow > 0) release_device_memory(device_state(pool->device), rt.pid, grow);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  pool->reserved += grow;
+  pool->used += bytes;
+  pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
+  pool->used_high = std::max(pool->used_high, pool->used);
+  Allocation a{bytes, pool->device, ctx, AllocKind::Pool, true};
+  a.pool = pool;
+  rt.allocations[reinterpret_cast<uintptr_t>(p)] = a;
+  *out = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+void trim_pool(CUmemPoolHandle_st* pool, uint64_t keep_bytes) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  const uint64_t keep = std::max(pool->used, keep_bytes);
+  if (pool->reserved > keep) {
+    release_device_memory(device_state(pool->device), rt.pid, pool->reserved - keep);
+    pool->reserved = keep;
+  }
+  if (pool->destroyed && pool->used == 0) {
+    std::erase(rt.pools, pool);
+    delete pool;
+  }
+}
+
+void release_pool_memory_at_sync() {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  auto release = [&](CUmemPoolHandle_st* pool) {
+    if (pool->reserved > pool->threshold) trim_pool(pool, pool->threshold);
+  };
+  for (int d = 0; d < rt.device_count; ++d) release(&rt.default_pool[d]);
+  // trim_pool may delete a destroyed pool: walk a copy.
+  const std::vector<CUmemPoolHandle_st*> pools = rt.pools;
+  for (CUmemPoolHandle_st* pool : pools) release(pool);
+}
+
+CUmemPoolHandle_st* current_pool(int device) {
+  Runtime& rt = runtime();
+  std::lock_guard lock(rt.mu);
+  if (rt.current_pool[device] == nullptr) {
+    rt.default_pool[device].device = device;
+    rt.default_pool[device].is_default = true;
+    rt.current_pool[device] = &rt.default_pool[device];
+  }
+  return rt.current_pool[device];
+}
+
+CUgraphNode_st* add_graph_node(CUgraph_st* graph, std::unique_ptr<CUgraphNode_st> node) {
+  CUgraphNode_st* raw = node.get();
+  add_handle(raw, HandleKind::GraphNode);
+  graph->nodes.push_back(std::move(node));
+  return raw;
 }
 
 bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out, uintptr_t* base) {

@@ -52,6 +52,36 @@ struct CUstream_st {
   quanta::simgpu::Ticket last;
   unsigned flags = 0;
   int priority = 0;
+  // While a capture is active: the graph its work is recorded into instead of run.
+  CUgraph_st* capture = nullptr;
+  uint64_t capture_id = 0;
+};
+
+// A stream-ordered memory pool (cuMemPoolCreate, or a device's default pool). `reserved`
+// is the physical memory it holds, charged to its device; `used` the bytes of its live
+// allocations. Freed memory stays reserved (cached for reuse) until a synchronisation
+// finds more than `threshold` reserved, or cuMemPoolTrimTo, or the pool is destroyed.
+struct CUmemPoolHandle_st {
+  int device = 0;
+  bool is_default = false;
+  bool destroyed = false;  // destroyed while allocations were live: goes with the last
+  uint64_t reserved = 0;
+  uint64_t used = 0;
+  uint64_t threshold = 0;  // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+  uint64_t reserved_high = 0;
+  uint64_t used_high = 0;
+};
+
+enum class GraphNodeType : uint8_t { Kernel, MemAlloc, MemFree, Empty };
+
+struct CUgraphNode_st {
+  GraphNodeType type = GraphNodeType::Empty;
+  uint64_t duration_ns = 0;
+  CUdeviceptr dptr = 0;
+};
+
+struct CUgraph_st {
+  std::vector<std::unique_ptr<CUgraphNode_st>> nodes;
 };
 
 struct CUevent_st {
@@ -94,7 +124,9 @@ struct Allocation {
   int device = -1;  // -1: host memory, not charged to a device
   CUctx_st* ctx = nullptr;
   AllocKind kind = AllocKind::Device;
-  bool owns_mapping = true;  // false for VMM ranges (the reservation owns the VA)
+  bool owns_mapping = true;            // false for VMM ranges (the reservation owns the VA)
+  CUmemPoolHandle_st* pool = nullptr;  // Pool: the pool whose reserve holds the memory
+  void* vmm_handle = nullptr;          // Vmm: the physical allocation mapped there
 };
 
 struct Runtime {
@@ -113,6 +145,12 @@ struct Runtime {
   std::unordered_map<const void*, HandleKind> handles;
   CUctx_st* primary[kMaxDevices] = {};
   std::map<uintptr_t, Allocation> allocations;
+  // Pools this process created (live or destroyed with allocations outstanding), and
+  // each device's default and current pool.
+  std::vector<CUmemPoolHandle_st*> pools;
+  CUmemPoolHandle_st default_pool[kMaxDevices];
+  CUmemPoolHandle_st* current_pool[kMaxDevices] = {};
+  uint64_t next_capture_id = 1;
 };
 
 Runtime& runtime();
@@ -154,7 +192,21 @@ uint64_t transfer_duration_ns(uint64_t bytes);
 
 // Allocation helpers shared by every allocation family.
 CUresult allocate_device_memory(CUctx_st* ctx, size_t bytes, AllocKind kind, CUdeviceptr* out);
+// Frees a device allocation; a pool allocation goes back to its pool, which keeps it.
 CUresult free_device_memory(CUdeviceptr ptr);
+// An allocation of `bytes` from `pool`: served from what the pool has cached, the rest
+// newly reserved (and charged to the device).
+CUresult allocate_from_pool(CUctx_st* ctx, CUmemPoolHandle_st* pool, size_t bytes,
+                            CUdeviceptr* out);
+// Gives back what `pool` holds beyond max(its live allocations, keep_bytes).
+void trim_pool(CUmemPoolHandle_st* pool, uint64_t keep_bytes);
+// Every stream, event or context synchronisation ends here: each pool holding more than
+// its release threshold gives back what is above max(threshold, used).
+void release_pool_memory_at_sync();
+// The pool cuMemAllocAsync on `device` uses (cuDeviceSetMemPool, else the default pool).
+CUmemPoolHandle_st* current_pool(int device);
+// Appends a node to a graph and registers it as a handle.
+CUgraphNode_st* add_graph_node(CUgraph_st* graph, std::unique_ptr<CUgraphNode_st> node);
 // Finds the allocation containing [ptr, ptr+bytes) and copies it out; false if none.
 bool find_allocation(uintptr_t ptr, size_t bytes, Allocation* out = nullptr,
                      uintptr_t* base = nullptr);

@@ -187,9 +187,8 @@ ProcessUsage* find_process(DeviceState& dev, int32_t pid, bool create) {
     }
   }
   if (free_slot != nullptr) {
+    *free_slot = ProcessUsage{};
     free_slot->pid = pid;
-    free_slot->contexts = 0;
-    free_slot->bytes = 0;
   }
   return free_slot;
 }

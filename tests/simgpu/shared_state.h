@@ -37,6 +37,7 @@ struct SliceRecord {
 struct ContextSlot {
   uint32_t live;
   int32_t pid;
+  int32_t usage_index;  // its process's entry in DeviceState::processes, -1 when none
   uint64_t context_id;
   uint64_t generation;
   uint64_t submitted;
@@ -46,10 +47,19 @@ struct ContextSlot {
   SliceRecord ring[kSliceRing];
 };
 
+// Busy device time per 100 ms of device time, for NVML's utilisation over the last second
+// (the device's and each process's).
+struct UtilBuckets {
+  uint64_t id[kUtilBuckets];
+  uint64_t busy_ns[kUtilBuckets];
+};
+
 struct ProcessUsage {
   int32_t pid;
   uint32_t contexts;
   uint64_t bytes;
+  uint64_t busy_ns;  // device time its contexts ran, in all
+  UtilBuckets util;  // nvmlDeviceGetProcessUtilization
 };
 
 struct Engine {
@@ -60,9 +70,7 @@ struct Engine {
   uint64_t last_end_ns;  // when the last slice ended
   uint64_t busy_ns;      // total device time spent running work
   uint64_t last_reap_ns;
-  // Busy time per 100 ms of device time, for NVML's utilisation over the last second.
-  uint64_t util_bucket_id[kUtilBuckets];
-  uint64_t util_busy_ns[kUtilBuckets];
+  UtilBuckets util;  // nvmlDeviceGetUtilizationRates
 };
 
 struct DeviceState {

@@ -195,6 +195,11 @@ ParseResult parse_options(int argc, char** argv) {
     add_number(*mode, "--warmup", options.warmup, 0, 1000, "untimed 1 us kernels before the start");
   }
   add_number(*batch, "--depth", options.depth, 1, 1024, "kernels in flight at most");
+  add_number(*batch, "--think-ms", options.think_ms, 0.0, 60000.0,
+             "host work in ms after each completion before the next launch (a training step's "
+             "CPU part)");
+  batch->add_flag("--launch-times", options.launch_times,
+                  "report when each kernel was launched (launch_mono_ns, CLOCK_MONOTONIC)");
   add_number(*requests, "--rate", options.rate, 0.01, 100000.0, "requests per second");
   add_choice(*alloc, "--family", options.family, kFamilies, "allocation family");
   alloc

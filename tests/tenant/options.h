@@ -47,6 +47,8 @@ struct Options {
   double seconds = 5.0;
   double kernel_ms = 2.0;
   int depth = 2;
+  double think_ms = 0.0;      // batch: host time after each completion before the next launch
+  bool launch_times = false;  // batch: report each launch's CLOCK_MONOTONIC time
   int warmup =
       1;  // untimed kernels (1 us each) before the start, so lazy module loading is not measured
   double rate = 50.0;

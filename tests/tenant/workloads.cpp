@@ -74,9 +74,12 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
   const auto depth = static_cast<std::uint64_t>(options.depth);
   const std::uint64_t duration_ns = kernel_ns(options);
   std::vector<double> launch_ns;
+  std::vector<std::int64_t> launch_mono_ns;  // with --launch-times: when each launch began
   std::uint64_t launched = 0;
   std::uint64_t completed = 0;
   std::uint64_t completed_in_window = 0;  // seen complete before the deadline
+  const auto think = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(options.think_ms));
 
   warm_up(driver, gpu, options);
   wait_for_start(options, report);
@@ -87,10 +90,15 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
     if (launched - completed == depth) {
       check(driver, driver.EventSynchronize(events[completed % depth]), "cuEventSynchronize");
       ++completed;
+      if (think.count() > 0) sleep_until(Clock::now() + think);
     }
     if (Clock::now() >= deadline) break;
     completed_in_window = completed;
     const auto before = Clock::now();
+    if (options.launch_times) {
+      launch_mono_ns.push_back(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(before.time_since_epoch()).count());
+    }
     gpu.launch_spin(duration_ns);
     launch_ns.push_back(static_cast<double>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - before).count()));
@@ -111,6 +119,8 @@ bool run_batch(const Driver& driver, const Options& options, nlohmann::json& rep
   report["seconds"] = options.seconds;
   report["kernel_ms"] = options.kernel_ms;
   report["depth"] = options.depth;
+  report["think_ms"] = options.think_ms;
+  if (options.launch_times) report["launch_mono_ns"] = launch_mono_ns;
   report["kernels"] = completed;
   report["window_kernels"] = completed_in_window;
   report["kernel_seconds"] = kernel_seconds;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <sstream>
 
 #include "../../../common/nvml_api.h"
 #include "child_process.h"
@@ -710,6 +711,187 @@ TEST(SimgpuVisibleDevices, MigUuidSelectsOneInstanceWithItsShareOfMemory) {
       CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS);
       CHILD_CHECK(mem.used == (i == 2 ? 1ull << 30 : 0));
     }
+    return 0;
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
+namespace {
+
+// What an observer process read from NVML at one instant (CLOCK_MONOTONIC `at_ns`).
+struct UtilReading {
+  uint64_t at_ns = 0;
+  uint64_t since_ns = 0;  // the start of the period the samples cover (lastSeen, as monotonic)
+  unsigned device_percent = 0;
+  std::map<int, unsigned> process_percent;
+};
+
+// Parses the observer's "reading AT SINCE DEVICE" and "sample PID PERCENT" lines.
+std::vector<UtilReading> parse_readings(const std::string& text) {
+  std::vector<UtilReading> out;
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::istringstream f(line);
+    std::string tag;
+    f >> tag;
+    if (tag == "reading") {
+      UtilReading r;
+      f >> r.at_ns >> r.since_ns >> r.device_percent;
+      out.push_back(r);
+    } else if (tag == "sample" && !out.empty()) {
+      int pid = 0;
+      unsigned pct = 0;
+      f >> pid >> pct;
+      out.back().process_percent[pid] = pct;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+// Two processes on one device, one busy all the time and one a quarter of the time: NVML's
+// per-process utilisation gives each its own busy fraction (not the device's), and the
+// device's figure is their sum, both as the execution log accounts them.
+TEST(SimgpuNvml, ProcessAndDeviceUtilisationAgreeWithTheExecutionLog) {
+  UniqueState state("util");
+  const std::string log = temp_log("util");
+  unlink(log.c_str());
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_LOG", log}};
+  Pipe ready_busy, ready_light, go;
+  auto tenant = [&](Pipe& ready, uint64_t kernel_ns, uint64_t pause_ns) {
+    return [&, kernel_ns, pause_ns] {
+      ready.close_read();
+      go.close_write();
+      CUcontext ctx;
+      CUfunction spin;
+      if (init_context(&ctx) != 0) return 1;
+      CHILD_CU(load_spin(&spin));
+      ready.signal();
+      go.wait();
+      const uint64_t end = now_ns() + 2'400'000'000ULL;
+      while (now_ns() < end) {
+        CHILD_CU(launch_spin(spin, kernel_ns));
+        CHILD_CU(cuCtxSynchronize());
+        if (pause_ns != 0) {
+          timespec pause{0, static_cast<long>(pause_ns)};
+          nanosleep(&pause, nullptr);
+        }
+      }
+      return 0;
+    };
+  };
+  Child busy = start_child(env, tenant(ready_busy, 2'000'000, 0));
+  Child light = start_child(env, tenant(ready_light, 2'000'000, 6'000'000));
+  ready_busy.close_write();
+  ready_light.close_write();
+  go.close_read();
+  ready_busy.wait();
+  ready_light.wait();
+  go.close_write();
+
+  ChildResult observer = run_child(env, [&] {
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    nvmlDevice_t dev;
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &dev) == NVML_SUCCESS);
+    timespec settle{1, 0};
+    nanosleep(&settle, nullptr);
+    unsigned long long last_seen = 0;
+    for (int i = 0; i < 4; ++i) {
+      unsigned n = 0;
+      CHILD_CHECK(nvmlDeviceGetProcessUtilization(dev, nullptr, &n, last_seen) ==
+                  NVML_ERROR_INSUFFICIENT_SIZE);
+      CHILD_CHECK(n == 2);
+      nvmlProcessUtilizationSample_t samples[4];
+      n = 4;
+      const uint64_t at = now_ns();
+      timespec real{};
+      clock_gettime(CLOCK_REALTIME, &real);
+      const unsigned long long real_us =
+          static_cast<unsigned long long>(real.tv_sec) * 1'000'000ULL + real.tv_nsec / 1000;
+      CHILD_CHECK(nvmlDeviceGetProcessUtilization(dev, samples, &n, last_seen) == NVML_SUCCESS);
+      nvmlUtilization_t util;
+      CHILD_CHECK(nvmlDeviceGetUtilizationRates(dev, &util) == NVML_SUCCESS);
+      // The period covered: from lastSeen (0 on the first query: the last 0.9 s).
+      const uint64_t since = last_seen == 0 ? at - 900'000'000ULL : at - (real_us - last_seen) * 1000;
+      std::fprintf(stderr, "reading %llu %llu %u\n", static_cast<unsigned long long>(at),
+                   static_cast<unsigned long long>(since), util.gpu);
+      for (unsigned k = 0; k < n; ++k) {
+        CHILD_CHECK(samples[k].timeStamp + 100'000 >= real_us);  // stamped now (CPU time, us)
+        std::fprintf(stderr, "sample %u %u\n", samples[k].pid, samples[k].smUtil);
+      }
+      last_seen = samples[0].timeStamp;
+      timespec gap{0, 300'000'000};
+      nanosleep(&gap, nullptr);
+    }
+    return 0;
+  });
+  ChildResult rb = finish_child(busy);
+  ChildResult rl = finish_child(light);
+  ASSERT_EQ(observer.exit_code, 0) << observer.stderr_text;
+  ASSERT_EQ(rb.exit_code, 0) << rb.stderr_text;
+  ASSERT_EQ(rl.exit_code, 0) << rl.stderr_text;
+  const std::vector<UtilReading> readings = parse_readings(observer.stderr_text);
+  ASSERT_EQ(readings.size(), 4u) << observer.stderr_text;
+  const std::vector<Slice> slices = read_log(log);
+  for (const UtilReading& r : readings) {
+    // The device's figure covers whole 100 ms buckets back to 0.9-1 s before the query.
+    const uint64_t device_from = (r.at_ns / 100'000'000ULL - 9) * 100'000'000ULL;
+    std::map<int, uint64_t> busy_ns;
+    uint64_t device_ns = 0;
+    for (const Slice& s : slices) {
+      const uint64_t from = std::max(s.start, r.since_ns);
+      const uint64_t to = std::min(s.end, r.at_ns);
+      if (to > from) busy_ns[s.pid] += to - from;
+      const uint64_t dfrom = std::max(s.start, device_from);
+      if (to > dfrom) device_ns += to - dfrom;
+    }
+    const double window = static_cast<double>(r.at_ns - r.since_ns);
+    ASSERT_EQ(r.process_percent.size(), 2u);
+    std::vector<double> shares;
+    for (const auto& [pid, pct] : r.process_percent) {
+      const double logged = 100.0 * static_cast<double>(busy_ns[pid]) / window;
+      // Buckets are 100 ms: the one the period starts in is counted pro rata.
+      EXPECT_NEAR(pct, logged, 8.0) << "pid " << pid << " at " << r.at_ns;
+      shares.push_back(pct);
+    }
+    // The light process runs about a quarter of the time, the busy one the rest.
+    EXPECT_GT(std::fabs(shares[0] - shares[1]), 20.0) << "every process shows one value";
+    const double device_logged =
+        100.0 * static_cast<double>(device_ns) / static_cast<double>(r.at_ns - device_from);
+    EXPECT_NEAR(r.device_percent, device_logged, 3.0);
+    EXPECT_NEAR(r.device_percent, shares[0] + shares[1], 10.0);
+  }
+  unlink(log.c_str());
+}
+
+// No process on the device: NOT_FOUND; a MIG instance: NOT_SUPPORTED for both utilisation
+// queries, as NVML answers on a MIG device.
+TEST(SimgpuNvml, UtilisationQueriesAnswerLikeNvmlWhenThereIsNothingToReport) {
+  UniqueState state("util-none");
+  const Env env = {{"SIMGPU_STATE", state.name()}, {"SIMGPU_DEVICES", "2"}, {"SIMGPU_MIG", "1:2"}};
+  ChildResult r = run_child(env, [] {
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    nvmlDevice_t whole, mig;
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &whole) == NVML_SUCCESS);
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(1, &mig) == NVML_SUCCESS);
+    unsigned n = 7;
+    nvmlProcessUtilizationSample_t samples[2];
+    CHILD_CHECK(nvmlDeviceGetProcessUtilization(whole, samples, &n, 0) == NVML_ERROR_NOT_FOUND);
+    CHILD_CHECK(n == 0);
+    CHILD_CHECK(nvmlDeviceGetProcessUtilization(whole, samples, nullptr, 0) ==
+                NVML_ERROR_INVALID_ARGUMENT);
+    nvmlUtilization_t util;
+    CHILD_CHECK(nvmlDeviceGetUtilizationRates(whole, &util) == NVML_SUCCESS && util.gpu == 0);
+    CHILD_CHECK(nvmlDeviceGetUtilizationRates(mig, &util) == NVML_ERROR_NOT_SUPPORTED);
+    n = 2;
+    CHILD_CHECK(nvmlDeviceGetProcessUtilization(mig, samples, &n, 0) == NVML_ERROR_NOT_SUPPORTED);
+    unsigned is_mig = 9, id = 9;
+    CHILD_CHECK(nvmlDeviceIsMigDeviceHandle(whole, &is_mig) == NVML_SUCCESS && is_mig == 0);
+    CHILD_CHECK(nvmlDeviceGetGpuInstanceId(whole, &id) == NVML_ERROR_NOT_SUPPORTED);
+    CHILD_CHECK(nvmlDeviceIsMigDeviceHandle(mig, &is_mig) == NVML_SUCCESS && is_mig == 1);
+    CHILD_CHECK(nvmlDeviceGetGpuInstanceId(mig, &id) == NVML_SUCCESS && id == 0);
     return 0;
   });
   EXPECT_EQ(r.exit_code, 0) << r.stderr_text;

@@ -1,0 +1,19 @@
+// The Prometheus text exposition of a NodeFigures snapshot: every metric in
+// docs/metrics.md, with DCGM-style labels, base units and escaped label values.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "arbiter/figures.h"
+
+namespace quanta::arbiter {
+
+// Text format 0.0.4 (`Content-Type: text/plain; version=0.0.4`).
+std::string render_prometheus(const NodeFigures& figures);
+
+// A label value as the text format wants it: backslash, double quote and newline escaped;
+// bytes that are not valid UTF-8, and other control characters, become U+FFFD.
+std::string escape_label_value(std::string_view value);
+
+}  // namespace quanta::arbiter

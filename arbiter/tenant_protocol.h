@@ -1,0 +1,23 @@
+// The tenant socket's messages as the arbiter reads them (common/wire.h): one packet in,
+// either a Hello or an Attach with its text fields checked, or one line saying why the
+// packet is refused. Pure, so it is fuzzed; which message may come when is the server's.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace quanta::arbiter {
+
+struct TenantMessage {
+  enum class Kind { kHello, kAttach };
+  Kind kind = Kind::kHello;
+  std::string claimed_pod;  // Hello: QUANTA_POD of a host process ("" when none)
+  std::string uuid;         // Attach: the device's UUID
+  bool observe = false;     // Attach: memory views only (kAttachObserve), never a slot
+};
+
+// `truncated`: the kernel cut the packet or its control data (MSG_TRUNC/MSG_CTRUNC).
+// Returns "" and fills `out`, or the refusal.
+std::string parse_tenant_message(const void* data, size_t size, bool truncated, TenantMessage* out);
+
+}  // namespace quanta::arbiter

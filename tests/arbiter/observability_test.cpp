@@ -1,0 +1,547 @@
+// Unit tests of what the arbiter measures and shows, driven with a fake clock: the
+// accounting timeline (phases, the waiter x holder matrix, histograms) fed from the real
+// Scheduler the way the arbiter feeds it, capacity arithmetic, the Prometheus text, the
+// [metrics] config keys and quantactl's views (escaping, explain's verdicts).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "arbiter/accounting.h"
+#include "arbiter/capacity.h"
+#include "arbiter/config.h"
+#include "arbiter/ctl_text.h"
+#include "arbiter/ctl_views.h"
+#include "arbiter/figures.h"
+#include "arbiter/metrics_text.h"
+#include "arbiter/scheduler.h"
+
+namespace quanta::arbiter {
+namespace {
+
+constexpr uint64_t kMs = 1'000'000;
+
+// The arbiter's part, as in Arbiter::sync_and_decide and apply: scheduler events in, the
+// actions it returns reported to the accounting, then a settle.
+class Timeline {
+ public:
+  Timeline() {
+    SchedulerOptions o;
+    o.quantum_ns = 20 * kMs;
+    o.idle_release_ns = 2 * kMs;
+    o.revoke_timeout_ns = 100 * kMs;
+    sched_ = std::make_unique<Scheduler>(o);
+  }
+  void add(SlotId slot, PodId pod, const std::string& key) {
+    sched_->set_pod_policy(pod, common::Policy{});
+    sched_->add_tenant(slot, pod, now);
+    acct.add_tenant(slot, key, now);
+  }
+  void remove(SlotId slot) {
+    sched_->remove_tenant(slot, now);
+    acct.remove_tenant(slot, now);
+    pass();
+  }
+  // A busy holder: it launches all the time and keeps work queued.
+  void busy(SlotId slot) { sched_->set_activity(slot, now, 5 * kMs, now); }
+  void want(SlotId slot, bool w) {
+    sched_->set_want(slot, w, now);
+    pass();
+  }
+  void release(SlotId slot) {
+    sched_->released(slot, now);
+    acct.released(slot, now);
+    pass();
+  }
+  void pass() {
+    for (const Action& a : sched_->decide(now)) {
+      if (a.kind == Action::Kind::kGrant) acct.granted(a.slot, now);
+      if (a.kind == Action::Kind::kRevoke) acct.revoked(a.slot, now);
+      if (a.kind == Action::Kind::kPassOver) acct.passed_over(a.slot, now);
+    }
+    acct.settle(*sched_, now);
+  }
+  void run(uint64_t ns, SlotId holder) {
+    now += ns;
+    busy(holder);
+    pass();
+  }
+  TenantState state(SlotId slot) const { return sched_->state(slot); }
+
+  uint64_t now = 1'000 * kMs;
+  GpuAccounting acct;
+
+ private:
+  std::unique_ptr<Scheduler> sched_;
+};
+
+uint64_t phase(const PodAccount& p, Phase ph) {
+  return p.totals.phase_ns[static_cast<size_t>(ph)];
+}
+
+uint64_t behind(const GpuAccounting& acct, const std::string& waiter, const std::string& holder) {
+  const PodAccount* w = acct.pod(waiter);
+  AccountId id = kNobody;
+  if (const PodAccount* h = acct.pod(holder)) id = h->id;
+  auto it = w->totals.waited_behind_ns.find(id);
+  return it == w->totals.waited_behind_ns.end() ? 0 : it->second;
+}
+
+TEST(Accounting, WaitsAreChargedToTheHolderAndDrainsToTheDrainer) {
+  Timeline t;
+  t.add(0, 1, "ns/a");
+  t.add(1, 2, "ns/b");
+  t.want(0, true);
+  ASSERT_EQ(t.state(0), TenantState::kHolding);
+  t.run(5 * kMs, 0);
+  t.want(1, true);  // b waits from 5 ms
+  ASSERT_EQ(t.state(1), TenantState::kWaiting);
+  t.run(10 * kMs, 0);
+  t.run(5 * kMs, 0);  // a's quantum (20 ms) ends: revoked
+  ASSERT_EQ(t.state(0), TenantState::kRevoking);
+  t.now += 1 * kMs;  // a drains 1 ms
+  t.release(0);
+  ASSERT_EQ(t.state(1), TenantState::kHolding);
+  t.acct.advance(t.now);
+
+  const PodAccount& a = *t.acct.pod("ns/a");
+  const PodAccount& b = *t.acct.pod("ns/b");
+  EXPECT_EQ(phase(a, Phase::kRunning), 20 * kMs);
+  EXPECT_EQ(phase(a, Phase::kDraining), 1 * kMs);
+  EXPECT_EQ(a.totals.held_ns, 21 * kMs) << "grant to release, the drain included";
+  EXPECT_EQ(phase(b, Phase::kWaiting), 16 * kMs);
+  EXPECT_EQ(phase(b, Phase::kIdle), 5 * kMs);
+  EXPECT_EQ(behind(t.acct, "ns/b", "ns/a"), 16 * kMs)
+      << "a held the GPU, then drained, while b waited";
+  EXPECT_EQ(b.wait.count(), 1u);
+  EXPECT_EQ(b.wait.sum_ns(), 16 * kMs);
+  EXPECT_EQ(a.drain.count(), 1u);
+  EXPECT_EQ(a.drain.sum_ns(), 1 * kMs);
+  EXPECT_EQ(a.totals.grants, 1u);
+  EXPECT_EQ(b.totals.grants, 1u);
+  EXPECT_EQ(t.acct.switches(), 1u);
+  EXPECT_EQ(t.acct.handoff().count(), 1u) << "b was waiting when a's hold ended";
+  EXPECT_EQ(t.acct.held_ns(), 21 * kMs);
+}
+
+TEST(Accounting, EveryPhaseAddsUpToThePodsTimeOnTheGpu) {
+  Timeline t;
+  t.add(0, 1, "ns/a");
+  t.add(1, 2, "ns/b");
+  const uint64_t start = t.now;
+  t.want(0, true);
+  t.want(1, true);
+  for (int i = 0; i < 50; ++i) {
+    const SlotId holder =
+        t.state(0) == TenantState::kHolding || t.state(0) == TenantState::kRevoking ? 0 : 1;
+    t.run(3 * kMs, holder);
+    if (t.state(holder) == TenantState::kRevoking) {
+      t.now += 500'000;
+      t.release(holder);
+    }
+  }
+  t.acct.advance(t.now);
+  for (const char* key : {"ns/a", "ns/b"}) {
+    const PodAccount& p = *t.acct.pod(key);
+    uint64_t sum = 0;
+    for (uint64_t ns : p.totals.phase_ns) sum += ns;
+    EXPECT_EQ(sum, t.now - start) << key;
+    EXPECT_GT(p.totals.grants, 2u) << key;
+  }
+  // Whoever waited, waited behind the other (never behind itself, never nobody here).
+  EXPECT_EQ(phase(*t.acct.pod("ns/a"), Phase::kWaiting), behind(t.acct, "ns/a", "ns/b"));
+  EXPECT_EQ(phase(*t.acct.pod("ns/b"), Phase::kWaiting), behind(t.acct, "ns/b", "ns/a"));
+}
+
+TEST(Accounting, AHolderThatIgnoresARevokeIsCountedAndDrainsUntilItReleases) {
+  Timeline t;
+  t.add(0, 1, "ns/stuck");
+  t.add(1, 2, "ns/next");
+  t.want(0, true);
+  t.run(1 * kMs, 0);
+  t.want(1, true);
+  t.run(20 * kMs, 0);  // revoked at quantum end
+  ASSERT_EQ(t.state(0), TenantState::kRevoking);
+  t.now += 100 * kMs;  // revoke_timeout passes without a release
+  t.pass();
+  ASSERT_EQ(t.state(0), TenantState::kPassedOver);
+  ASSERT_EQ(t.state(1), TenantState::kHolding);
+  t.acct.advance(t.now);
+  const PodAccount& stuck = *t.acct.pod("ns/stuck");
+  EXPECT_EQ(stuck.totals.revoke_timeouts, 1u);
+  EXPECT_EQ(stuck.phase, Phase::kDraining);
+  t.now += 30 * kMs;
+  t.release(0);  // it resumes and releases at last
+  t.acct.advance(t.now);
+  EXPECT_EQ(stuck.drain.count(), 1u);
+  EXPECT_EQ(stuck.drain.sum_ns(), 130 * kMs) << "revoke to release, the pass-over included";
+  EXPECT_EQ(behind(t.acct, "ns/next", "ns/stuck"), 120 * kMs);
+}
+
+TEST(Accounting, ADepartedPodKeepsItsHistoryForExplainThenIsForgotten) {
+  Timeline t;
+  t.add(0, 1, "ns/a");
+  t.want(0, true);
+  for (int i = 0; i < 5; ++i) {
+    t.run(1'000 * kMs, 0);
+    t.acct.tick({{"ns/a", 1.0}}, t.now);
+  }
+  const PodAccount& a = *t.acct.pod("ns/a");
+  EXPECT_EQ(a.history.size(), 6u);  // arrival mark and five ticks
+  const PodSample* s = t.acct.sample_before(a, t.now, 2'000 * kMs);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->at_ns, t.now - 2'000 * kMs);
+  EXPECT_EQ(a.totals.held_ns - s->totals.held_ns, 2'000 * kMs);
+  t.remove(0);
+  ASSERT_NE(t.acct.pod("ns/a"), nullptr);
+  EXPECT_EQ(t.acct.pod("ns/a")->tenants, 0u);
+  t.now += GpuAccounting::kRetainNs + 1;
+  t.acct.tick({}, t.now);
+  EXPECT_EQ(t.acct.pod("ns/a"), nullptr);
+}
+
+TEST(Accounting, WantDroppedWhileWaitingIsIdleTimeAndNoGrant) {
+  Timeline t;
+  t.add(0, 1, "ns/a");
+  t.add(1, 2, "ns/b");
+  t.want(0, true);
+  t.run(1 * kMs, 0);
+  t.want(1, true);
+  t.run(4 * kMs, 0);
+  t.want(1, false);  // b gave up before its turn: the scheduler's state says so at settle
+  t.run(5 * kMs, 0);
+  t.acct.advance(t.now);
+  const PodAccount& b = *t.acct.pod("ns/b");
+  EXPECT_EQ(phase(b, Phase::kWaiting), 4 * kMs);
+  EXPECT_EQ(b.totals.grants, 0u);
+  EXPECT_EQ(b.wait.count(), 0u)
+      << "a wait that never ended in a grant is not a want-to-grant sample";
+}
+
+// ---------------------------------------------------------------------------------------
+
+PodLoad load(uint32_t weight, double demand, double max_share = 1, double min_share = 0,
+             common::Priority priority = common::Priority::kBatch) {
+  PodLoad p;
+  p.weight = weight;
+  p.demand = demand;
+  p.max_share = max_share;
+  p.min_share = min_share;
+  p.priority = priority;
+  return p;
+}
+
+TEST(Capacity, ANewcomerGetsWhatTheWeightsAndDemandsLeave) {
+  EXPECT_NEAR(expected_shares({load(1, 1), load(2, 1)}, 1).back(), 0.25, 1e-6);
+  EXPECT_NEAR(expected_shares({load(1, 0.1)}, 1).back(), 0.9, 1e-6)
+      << "a mostly idle pod leaves the rest";
+  EXPECT_NEAR(expected_shares({load(4, 1, 0.2)}, 1).back(), 0.8, 1e-6)
+      << "a capped pod leaves the rest";
+  const auto with_interactive =
+      expected_shares({load(1, 0.3, 1, 0, common::Priority::kInteractive), load(1, 1)}, 1);
+  EXPECT_NEAR(with_interactive[0], 0.3, 1e-6);
+  EXPECT_NEAR(with_interactive.back(), 0.35, 1e-6);
+  EXPECT_NEAR(expected_shares({load(1, 1, 1, 0.5)}, 1).back(), 0.25, 1e-6)
+      << "the minimum first, then weights divide what is left";
+  const auto best_effort = expected_shares({load(1, 1, 1, 0, common::Priority::kBestEffort)}, 1);
+  EXPECT_NEAR(best_effort[0], 0.0, 1e-6);
+  EXPECT_NEAR(best_effort.back(), 1.0, 1e-6);
+}
+
+TEST(Capacity, AHalfBusyGpuWhoseMemoryIsPromisedFitsNoFortyPercentPod) {
+  // 10 GiB GPU; one pod capped at 7 GiB uses 1.6 GiB and wants the GPU half of the time.
+  PodLoad big = load(1, 0.5);
+  big.memory_cap = 7ull << 30;
+  big.memory_used = 1638ull << 20;
+  FitProbe forty, twenty;
+  ASSERT_EQ(parse_fit_probe("0.25", "40%", &forty), "");
+  ASSERT_EQ(parse_fit_probe("25%", "2Gi", &twenty), "");
+  const GpuCapacity c = gpu_capacity({big}, 10ull << 30, 0, 255, {forty, twenty});
+  EXPECT_EQ(c.memory_caps, 7ull << 30);
+  EXPECT_EQ(c.memory_unpromised, 3ull << 30);
+  EXPECT_NEAR(c.new_pod_share, 0.5, 1e-6) << "there is GPU time for a newcomer";
+  ASSERT_EQ(c.fits.size(), 2u);
+  EXPECT_EQ(c.fits[0], 0u) << "4 GiB is not there, however idle the GPU looks";
+  EXPECT_EQ(c.fits[1], 1u);
+}
+
+TEST(Capacity, FitsCountSharesAndPromisedMinimums) {
+  FitProbe quarter;
+  ASSERT_EQ(parse_fit_probe("0.25", "0", &quarter), "");
+  EXPECT_EQ(gpu_capacity({load(1, 1)}, 1ull << 30, 0, 255, {quarter}).fits[0], 3u)
+      << "beside a greedy weight-1 pod, three newcomers still get a quarter each";
+  EXPECT_EQ(gpu_capacity({}, 1ull << 30, 0, 255, {quarter}).fits[0], 4u);
+  EXPECT_EQ(gpu_capacity({}, 1ull << 30, 0, 2, {quarter}).fits[0], 2u) << "tenant slots run out";
+  // An idle pod promised 70% leaves time now, but only one quarter can still be promised.
+  const GpuCapacity c = gpu_capacity({load(1, 0.05, 1, 0.7)}, 1ull << 30, 0, 255, {quarter});
+  EXPECT_NEAR(c.promised_min_share, 0.7, 1e-9);
+  EXPECT_EQ(c.fits[0], 1u);
+  // Uncapped pods and unmanaged processes promise what they use.
+  PodLoad uncapped = load(1, 0);
+  uncapped.memory_used = 3ull << 30;
+  EXPECT_EQ(gpu_capacity({uncapped}, 8ull << 30, 1ull << 30, 255, {}).memory_unpromised,
+            4ull << 30);
+}
+
+TEST(Capacity, ProbesRefuseWhatTheyCannotMean) {
+  FitProbe p;
+  EXPECT_NE(parse_fit_probe("0", "1Gi", &p), "");
+  EXPECT_NE(parse_fit_probe("1.5", "1Gi", &p), "");
+  EXPECT_NE(parse_fit_probe("0.5", "lots", &p).find("memory \"lots\""), std::string::npos);
+  EXPECT_NE(parse_fit_probe("0.5", "140%", &p), "");
+  ASSERT_EQ(parse_fit_probe("50%", "25%", &p), "");
+  EXPECT_EQ(p.memory_on(8ull << 30), 2ull << 30);
+  EXPECT_EQ(p.share_label, "50%");
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(MetricsConfig, FitProbesParseAndRefuseBadValues) {
+  NodeConfig d = parse_config("", "t.toml");
+  ASSERT_EQ(d.metrics.fit_probes.size(), 2u);
+  EXPECT_EQ(d.metrics.fit_probes[0].share_label, "0.25");
+  EXPECT_EQ(d.metrics.fit_probes[0].memory_label, "25%");
+  NodeConfig c = parse_config("[metrics]\nfit_probes = [{share = \"25%\", memory = \"10Gi\"}]\n",
+                              "t.toml");
+  ASSERT_EQ(c.metrics.fit_probes.size(), 1u);
+  EXPECT_EQ(c.metrics.fit_probes[0].memory_bytes, 10ull << 30);
+  auto refusal = [](const std::string& text) {
+    try {
+      parse_config(text, "t.toml");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  std::string e = refusal("[metrics]\nfit_probes = [{share = 2, memory = \"1Gi\"}]\n");
+  EXPECT_NE(e.find("metrics.fit_probes"), std::string::npos) << e;
+  EXPECT_NE(e.find("t.toml:2:"), std::string::npos) << e;
+  e = refusal("[metrics]\nfit_probes = [{share = 0.5}]\n");
+  EXPECT_NE(e.find("needs share and memory"), std::string::npos) << e;
+  e = refusal("[metrics]\nfit_probes = [{share = 0.5, memory = \"1Gi\", colour = 1}]\n");
+  EXPECT_NE(e.find("unknown key \"colour\""), std::string::npos) << e;
+  e = refusal(
+      "[metrics]\nfit_probes = [{share = 0.5, memory = \"1Gi\"}, {share = 0.5, memory = "
+      "\"1Gi\"}]\n");
+  EXPECT_NE(e.find("twice"), std::string::npos) << e;
+  e = refusal("[metrics]\nfit_probes = \"0.25\"\n");
+  EXPECT_NE(e.find("a list of"), std::string::npos) << e;
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(MetricsText, LabelValuesAreEscapedAndKeptValidUtf8) {
+  EXPECT_EQ(escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(escape_label_value("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(escape_label_value("bad\xff"), "bad\xef\xbf\xbd");
+  EXPECT_EQ(escape_label_value("\x1b[31m"), "\xef\xbf\xbd[31m");
+  EXPECT_EQ(escape_label_value("\xc0\x80"), "\xef\xbf\xbd\xef\xbf\xbd") << "overlong NUL";
+}
+
+NodeFigures sample_figures() {
+  NodeFigures f;
+  f.scope = "s";
+  f.hostname = "node-1";
+  f.version = "0.1.0";
+  f.generation = 2;
+  f.probes = MetricsConfig::default_fit_probes();
+  f.node_fits = {1, 2};
+  f.refusals["no-pod"] = 3;
+  GpuFigures g;
+  g.uuid = "GPU-1";
+  g.identity.model = "Model \"X\"";
+  g.capacity.fits = {1, 2};
+  PodFigures p;
+  p.key = "ns/evil\"pod\n\xff";
+  std::tie(p.namespace_name, p.pod_name) = split_pod_key(p.key);
+  p.policy.memory_limit = 1 << 30;
+  p.wait.add(3 * kMs);
+  p.totals.phase_ns[0] = 1'500'000'001;
+  p.waited_behind = {{"ns/other", 2 * kMs}, {"", 1 * kMs}};
+  p.wait_budget_s = 0.02;
+  g.pods.push_back(p);
+  ProcessFigures proc;
+  proc.pid = 42;
+  proc.container = "main";
+  proc.nvml_memory = 7;
+  g.processes[p.key].push_back(proc);
+  f.gpus.push_back(g);
+  return f;
+}
+
+TEST(MetricsText, RendersEveryFamilyOnceWithExactSecondsAndHostileNamesEscaped) {
+  const std::string text = render_prometheus(sample_figures());
+  EXPECT_NE(
+      text.find(
+          "quanta_pod_time_seconds_total{gpu=\"0\",UUID=\"GPU-1\",model_name=\"Model \\\"X\\\"\""),
+      std::string::npos);
+  EXPECT_NE(text.find("pod=\"evil\\\"pod\\n\xef\xbf\xbd\",state=\"running\"} 1.500000001\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("holder_namespace=\"\",holder_pod=\"(none)\"} 0.001\n"), std::string::npos);
+  EXPECT_NE(text.find("holder_namespace=\"ns\",holder_pod=\"other\"} 0.002\n"), std::string::npos);
+  EXPECT_NE(text.find("quanta_pod_wait_seconds_bucket{"), std::string::npos);
+  EXPECT_NE(text.find("le=\"0.005\"} 1\n"), std::string::npos);
+  EXPECT_NE(text.find("quanta_arbiter_admissions_refused_total{reason=\"no-pod\"} 3\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("quanta_arbiter_admissions_refused_total{reason=\"unregistered\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("container=\"main\",pid=\"42\"} 7\n"), std::string::npos);
+  // One TYPE line per family.
+  size_t types = 0;
+  for (size_t at = text.find("# TYPE quanta_pod_weight "); at != std::string::npos;
+       at = text.find("# TYPE quanta_pod_weight ", at + 1))
+    ++types;
+  EXPECT_EQ(types, 1u);
+}
+
+TEST(MetricsText, PromtoolFindsNothingToLint) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
+    if (std::getenv("QUANTA_REQUIRE_BPF") != nullptr)
+      FAIL() << "promtool is not installed (Debian package prometheus)";
+    GTEST_SKIP() << "promtool is not installed (Debian package prometheus)";
+  }
+  const std::string path = "/tmp/quanta-metrics-lint-" + std::to_string(getpid()) + ".prom";
+  {
+    std::ofstream out(path);
+    out << render_prometheus(sample_figures());
+  }
+  const std::string command = "promtool check metrics < " + path + " 2>&1";
+  FILE* p = popen(command.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string said;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) said += buf;
+  const int rc = pclose(p);
+  std::remove(path.c_str());
+  EXPECT_EQ(rc, 0) << said;
+  EXPECT_EQ(said, "") << said;
+}
+
+TEST(Figures, PodKeysSplitIntoNamespaceAndName) {
+  EXPECT_EQ(split_pod_key("prod/web"), (std::pair<std::string, std::string>{"prod", "web"}));
+  EXPECT_EQ(split_pod_key("dev-pod"), (std::pair<std::string, std::string>{"default", "dev-pod"}));
+  EXPECT_EQ(split_pod_key("uid:1234"), (std::pair<std::string, std::string>{"", "uid:1234"}));
+}
+
+TEST(Figures, RefusalTextsMapToTheirReasons) {
+  EXPECT_STREQ(
+      refusal_reason(
+          "pid 7 (cgroup /x) is not in a registered container and this node does not admit "
+          "unregistered processes (allow_unregistered = false): running ungated"),
+      "unregistered");
+  EXPECT_STREQ(
+      refusal_reason(
+          "pid 7 is not in a registered container and names no pod: set QUANTA_POD=<name>"),
+      "no-pod");
+  EXPECT_STREQ(refusal_reason("something new"), "other");
+}
+
+// ---------------------------------------------------------------------------------------
+
+TEST(CtlText, TenantChosenNamesCannotDriveTheTerminal) {
+  using ctl::printable;
+  EXPECT_EQ(printable("demo/heavy"), "demo/heavy");
+  EXPECT_EQ(printable("x\x1b]0;pwned\x07y"), "x\\x1b]0;pwned\\x07y");
+  EXPECT_EQ(printable("\x1b[2J"), "\\x1b[2J");
+  EXPECT_EQ(printable("c1\xc2\x9b"
+                      "31m"),
+            "c1\\xc2\\x9b31m")
+      << "C1 CSI as UTF-8";
+  EXPECT_EQ(printable("bad\xff"), "bad\\xff");
+  EXPECT_EQ(printable("tab\there\r"), "tab\\x09here\\x0d");
+  EXPECT_EQ(printable("a\\x1b"), "a\\\\x1b") << "a literal backslash cannot forge an escape";
+  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");
+  EXPECT_EQ(ctl::column("abcdef", 4), "abc~");
+  EXPECT_EQ(ctl::column("ab", 4), "ab  ");
+  EXPECT_EQ(ctl::column("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9\xc3\xa9 ");
+}
+
+nlohmann::json explain_of(double share, double target, double running, double waiting, double idle,
+                          uint64_t timeouts = 0) {
+  nlohmann::json g = {
+      {"index", 0},
+      {"uuid", "GPU-1"},
+      {"span_s", 60.0},
+      {"live", true},
+      {"weight", 1},
+      {"priority", "batch"},
+      {"max_share", 1.0},
+      {"target_share", target},
+      {"achieved_share", share},
+      {"utilization", share},
+      {"utilization_source", "driver"},
+      {"phases", {{"running", running}, {"waiting", waiting}, {"draining", 0.0}, {"idle", idle}}},
+      {"behind",
+       {{{"pod", "demo/heavy"}, {"seconds", waiting * 0.7}},
+        {{"pod", "demo/medium"}, {"seconds", waiting * 0.3}}}},
+      {"waits", {{"count", 10}, {"median_ms", 5.0}, {"p99_ms", 9.0}, {"max_ms", 12.0}}},
+      {"revoke_timeouts", timeouts},
+      {"neighbours", nlohmann::json::array()},
+      {"slices", nlohmann::json::array()}};
+  return {{"ok", true}, {"pod", "demo/light"}, {"gpus", {g}}};
+}
+
+TEST(CtlViews, ExplainSaysWhetherThePodGotItsShareAndWhoDelayedIt) {
+  std::string text = ctl::render_explain(explain_of(0.142, 0.143, 8.5, 51.0, 0.5));
+  EXPECT_NE(
+      text.find("It got its share. Its waits were its neighbours' turns, mostly demo/heavy's."),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("demo/heavy held it 35.7 s"), std::string::npos) << text;
+  text = ctl::render_explain(explain_of(0.05, 0.30, 3.0, 50.0, 7.0));
+  EXPECT_NE(text.find("It got less than its target (5.0% of 30.0%): it waited 50.0 s, most of it "
+                      "while demo/heavy "
+                      "held the GPU (35.0 s)."),
+            std::string::npos)
+      << text;
+  text = ctl::render_explain(explain_of(0.02, 0.30, 1.0, 1.0, 58.0));
+  EXPECT_NE(text.find("idle most of the time"), std::string::npos) << text;
+  text = ctl::render_explain(explain_of(0.10, 0.50, 6.0, 30.0, 24.0, 3));
+  EXPECT_NE(text.find("passed over 3 time(s)"), std::string::npos) << text;
+  nlohmann::json evil = explain_of(0.1, 0.1, 1, 1, 1);
+  evil["pod"] = "ev\x1b[2Jil";
+  text = ctl::render_explain(evil);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_NE(text.find("ev\\x1b[2Jil"), std::string::npos);
+}
+
+TEST(CtlViews, TopShowsEachPodAndEscapesItsName) {
+  nlohmann::json top = {
+      {"ok", true},
+      {"scope", "s"},
+      {"generation", 1},
+      {"uptime_s", 3.0},
+      {"node_fits", {{{"share", "0.25"}, {"memory", "25%"}, {"pods", 2}}}},
+      {"gpus",
+       {{{"index", 0},
+         {"uuid", "GPU-1"},
+         {"model", "m"},
+         {"holder", "a/b"},
+         {"window_s", 5.0},
+         {"fits", {{{"share", "0.25"}, {"memory", "25%"}, {"pods", 2}}}},
+         {"pods",
+          {{{"pod", "a/\x1b[31mred"},
+            {"priority", "batch"},
+            {"weight", 2},
+            {"target_share", 0.5},
+            {"achieved_share", 0.49},
+            {"utilization", 0.4},
+            {"phases", {{"running", 0.5}, {"waiting", 0.5}, {"draining", 0.0}, {"idle", 0.0}}},
+            {"behind", {{{"pod", "a/b"}, {"seconds", 2.5}}}},
+            {"wait_p99_ms", 12.5}}}}}}}};
+  const std::string frame = ctl::render_top(top, 0);
+  EXPECT_EQ(frame.find('\x1b'), std::string::npos);
+  EXPECT_NE(frame.find("a/\\x1b[31mred"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("a/b 100%"), std::string::npos) << frame;
+  EXPECT_NE(frame.find("2 x (share 0.25, memory 25%)"), std::string::npos) << frame;
+  const std::string narrow = ctl::render_top(top, 60);
+  for (size_t start = 0, nl; (nl = narrow.find('\n', start)) != std::string::npos; start = nl + 1) {
+    EXPECT_LE(nl - start, 60u) << narrow.substr(start, nl - start);
+  }
+}
+
+}  // namespace
+}  // namespace quanta::arbiter

@@ -1,0 +1,78 @@
+// Unit tests of the arbiter link's context table (shim/contexts.cpp), in-process over stubs
+// of the rooms it calls (session: every context binds to device 0's binding; devices; the
+// real driver is absent, so draining does nothing).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "shim/link_state.h"
+#include "shim/log.h"
+
+namespace quanta::shim {
+
+Process g_process;
+Binding g_bindings[kMaxGpus];
+QUANTA_TLS bool t_in_link = false;
+
+bool ensure_linked() {
+  return true;
+}
+Binding* ensure_binding(CUdevice device) {
+  return &g_bindings[device];
+}
+bool context_device(CUcontext, CUdevice* device) noexcept {
+  *device = 0;
+  return true;
+}
+void* real_driver_symbol(const char*) noexcept {
+  return nullptr;
+}
+bool log_enabled(LogLevel) noexcept {
+  return false;
+}
+void log_write(LogLevel, const char*, ...) noexcept {}
+
+namespace {
+
+CUcontext fake_context(uint64_t n) {
+  return reinterpret_cast<CUcontext>((n + 1) << 12);
+}
+
+Binding* lookup(CUcontext context) {
+  return binding_for_context_slow(context, g_process.epoch.load());
+}
+
+TEST(ContextTable, DestroyedContextsLeaveRoomForNewOnes) {
+  contexts_reset_in_child();
+  // Far more contexts over the process's life than the table holds, never more than one
+  // alive: each new one must still be gated (have a binding).
+  for (uint64_t n = 0; n < 5 * kMaxContexts; ++n) {
+    const CUcontext context = fake_context(n);
+    ASSERT_EQ(lookup(context), &g_bindings[0]) << "context " << n << " got no binding";
+    link_forget_context(context);
+  }
+  EXPECT_EQ(lookup(fake_context(99999)), &g_bindings[0]);
+}
+
+TEST(ContextTable, ReusedEntriesNeverAnswerForTheirOldContext) {
+  contexts_reset_in_child();
+  for (uint64_t n = 0; n < kMaxContexts; ++n) ASSERT_NE(lookup(fake_context(n)), nullptr);
+  for (uint64_t n = 0; n < kMaxContexts; ++n) link_forget_context(fake_context(n));
+  // A full table of dead entries: new contexts take them over one by one, while a
+  // forgotten one looked up again gets an entry of its own (a new context at that address).
+  for (uint64_t n = 0; n < kMaxContexts / 2; ++n)
+    ASSERT_NE(lookup(fake_context(kMaxContexts + n)), nullptr);
+  EXPECT_EQ(lookup(fake_context(3)), &g_bindings[0]);
+  EXPECT_EQ(lookup(fake_context(kMaxContexts + 1)), &g_bindings[0]);
+}
+
+TEST(ContextTable, MoreLiveContextsThanEntriesRunUngatedWithoutCorruption) {
+  contexts_reset_in_child();
+  for (uint64_t n = 0; n < kMaxContexts; ++n) ASSERT_NE(lookup(fake_context(n)), nullptr);
+  EXPECT_EQ(lookup(fake_context(kMaxContexts)), nullptr);
+  link_forget_context(fake_context(7));
+  EXPECT_NE(lookup(fake_context(kMaxContexts)), nullptr) << "a freed entry is reused";
+}
+
+}  // namespace
+}  // namespace quanta::shim
