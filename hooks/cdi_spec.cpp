@@ -30,16 +30,32 @@ json device_edits_for(const std::string& uuid_or_all) {
 }
 
 // Appends the arrays of `add` to those of `into` key by key; other members of `add` are set
-// when `into` has none.
-void merge_edits(json& into, const json& add) {
+// when `into` has none. `where` ("" for the spec's own edits, " in device ..." for a
+// device's) places `into` in the refusal when one of its members that should be a list is
+// something else.
+void merge_edits(json& into, const json& add, const std::string& where) {
   for (const auto& [key, value] : add.items()) {
     if (value.is_array()) {
-      if (!into.contains(key)) into[key] = json::array();
+      if (!into.contains(key) || into[key].is_null()) into[key] = json::array();
+      if (!into[key].is_array())
+        throw HookError("the spec to take over has containerEdits." + key + " of type " +
+                        into[key].type_name() + where + ": a list is allowed");
       for (const json& item : value) into[key].push_back(item);
     } else if (!into.contains(key)) {
       into[key] = value;
     }
   }
+}
+
+// The containerEdits of a vendor spec or device ({} when absent or null); anything but an
+// object is refused rather than dropped, since dropping it would lose the vendor's edits.
+json vendor_edits(const json& owner, const std::string& where) {
+  if (!owner.contains("containerEdits") || owner["containerEdits"].is_null()) return json::object();
+  const json& edits = owner["containerEdits"];
+  if (!edits.is_object())
+    throw HookError(std::string("the spec to take over has containerEdits of type ") + edits.type_name() +
+                    where + ": an object is allowed");
+  return edits;
 }
 
 }  // namespace
@@ -106,10 +122,8 @@ json take_over_spec(const CdiOptions& options, const json& vendor, const DeviceT
     throw HookError("the spec to take over is Quanta's own (kind quanta.dev/gpu)");
 
   json spec = vendor;  // every field the vendor wrote, unknown ones included
-  json edits = vendor.contains("containerEdits") && vendor["containerEdits"].is_object()
-                   ? vendor["containerEdits"]
-                   : json::object();
-  merge_edits(edits, quanta_container_edits(options));
+  json edits = vendor_edits(vendor, "");
+  merge_edits(edits, quanta_container_edits(options), "");
   spec["containerEdits"] = edits;
 
   json devices = json::array();
@@ -118,13 +132,12 @@ json take_over_spec(const CdiOptions& options, const json& vendor, const DeviceT
       throw HookError("the spec to take over has a device without a name");
     json device = d;
     const std::string name = d["name"].get<std::string>();
-    json device_edits = d.contains("containerEdits") && d["containerEdits"].is_object()
-                            ? d["containerEdits"]
-                            : json::object();
+    const std::string where = " in device " + shown(name);
+    json device_edits = vendor_edits(d, where);
     if (name == "all") {
-      merge_edits(device_edits, device_edits_for("all"));
+      merge_edits(device_edits, device_edits_for("all"), where);
     } else if (const GpuEntry* g = table.find(name)) {
-      merge_edits(device_edits, device_edits_for(g->uuid));
+      merge_edits(device_edits, device_edits_for(g->uuid), where);
     }
     device["containerEdits"] = device_edits;
     devices.push_back(device);

@@ -405,6 +405,33 @@ TEST(CdiSpec, TakeOverKeepsTheVendorsEditsAndFieldsAndAddsQuantas) {
             std::string::npos);
 }
 
+// A vendor spec whose edits are not the shapes CDI defines is refused with a HookError that
+// names the field, never taken over with its edits dropped or left to throw something else.
+TEST(CdiSpec, TakeOverRefusesEditsOfTheWrongShapeByName) {
+  auto take_over = [](const char* text) {
+    return error_of([&] { take_over_spec(options(), json::parse(text), table()); });
+  };
+  EXPECT_EQ(take_over(R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[{"name":"0"}],
+                          "containerEdits":{"mounts":"x"}})"),
+            "the spec to take over has containerEdits.mounts of type string: a list is allowed");
+  EXPECT_EQ(take_over(R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu",
+                          "devices":[{"name":"0","containerEdits":{"env":7}}]})"),
+            "the spec to take over has containerEdits.env of type number in device \"0\": a list is allowed");
+  EXPECT_EQ(take_over(R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","devices":[],"containerEdits":[1]})"),
+            "the spec to take over has containerEdits of type array: an object is allowed");
+  EXPECT_EQ(take_over(R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu",
+                          "devices":[{"name":"all","containerEdits":"x"}]})"),
+            "the spec to take over has containerEdits of type string in device \"all\": an object is allowed");
+  // null reads as absent, as CDI's loader reads it.
+  const json spec = take_over_spec(
+      options(),
+      json::parse(R"({"cdiVersion":"0.5.0","kind":"nvidia.com/gpu","containerEdits":{"hooks":null},
+                     "devices":[{"name":"0","containerEdits":null}]})"),
+      table());
+  EXPECT_EQ(spec["containerEdits"]["hooks"].size(), 3u);
+  EXPECT_EQ(spec["devices"][0]["containerEdits"]["env"].size(), 1u);
+}
+
 TEST(CdiSpec, MinimumVersionFollowsTheFieldsUsed) {
   EXPECT_EQ(minimum_cdi_version(json::parse(R"({"kind":"a.b/c","devices":[{"name":"x"}]})")), "0.3.0");
   EXPECT_EQ(minimum_cdi_version(json::parse(R"({"kind":"a.b/c","devices":[{"name":"x"}],"containerEdits":{"mounts":[{"type":"bind"}]}})")),
