@@ -163,6 +163,8 @@ json Arbiter::status_json() {
            {"grants", gpu->grants},
            {"switches", gpu->switches},
            {"doorbells", gpu->doorbells},
+           {"passes", gpu->passes},
+           {"holder_looks", gpu->holder_looks},
            {"tenants", tenants},
            {"unmanaged", unmanaged},
            {"over_cap", over}};

@@ -130,7 +130,7 @@ Arbiter::Arbiter(NodeConfig config)
     Gpu* g = gpu.get();
     loop_.add(g->timer.fd(), [g](uint32_t) {
       g->timer.acknowledge();
-      g->dirty = true;
+      g->timer_due = true;
     });
   }
   loop_.add(heartbeat_timer_.fd(), [this](uint32_t) {
@@ -584,8 +584,36 @@ void Arbiter::heartbeat() {
 
 void Arbiter::after_events() {
   for (auto& gpu : gpus_) {
-    if (gpu->dirty) sync_and_decide(*gpu);
+    const bool due = gpu->timer_due;
+    gpu->timer_due = false;
+    if (gpu->dirty || (due && !look_at_holder(*gpu))) sync_and_decide(*gpu);
   }
+}
+
+// While others wait, the scheduler looks at the holder every idle_release to see whether it
+// went idle; a busy holder launches all the while, so most of those looks find it busy. This
+// reads only the holder's channel for them. Whatever else can change arrives as an event
+// (a doorbell, a death, an admin request) or at a deadline the scheduler keeps apart, and
+// makes a full pass.
+bool Arbiter::look_at_holder(Gpu& gpu) {
+  const auto holder = gpu.sched->holder();
+  if (!holder) return false;
+  const auto found = gpu.slot_pids.find(*holder);
+  if (found == gpu.slot_pids.end()) return false;
+  common::ControlRegion& region = *gpu.region.get();
+  const common::GateChannel& ch = channel(processes_.at(found->second), gpu.index);
+  if (ch.released_turn.load(std::memory_order_acquire) ==
+      region.slots[*holder].turn.load(std::memory_order_acquire))
+    return false;  // released: a decision is due
+  const uint64_t now = monotonic_ns();
+  const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
+  if (!gpu.sched->postpone_idle_check(
+          std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
+          ch.inflight_ns.load(std::memory_order_relaxed), now))
+    return false;
+  ++gpu.holder_looks;
+  gpu.timer.arm_at(gpu.sched->next_deadline());
+  return true;
 }
 
 common::GateChannel& Arbiter::channel(const Process& proc, uint32_t gpu_index) {
@@ -595,6 +623,7 @@ common::GateChannel& Arbiter::channel(const Process& proc, uint32_t gpu_index) {
 
 void Arbiter::sync_and_decide(Gpu& gpu) {
   gpu.dirty = false;
+  ++gpu.passes;
   const uint64_t now = monotonic_ns();
   common::ControlRegion& region = *gpu.region.get();
   Scheduler& sched = *gpu.sched;

@@ -50,6 +50,7 @@ struct Gpu {
   Timer timer;
   std::map<SlotId, pid_t> slot_pids;  // admitted slots on this GPU
   bool dirty = true;                  // needs a sync from shared memory and a decision
+  bool timer_due = false;             // its deadline fell due (a look at the holder may do)
   // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
   uint64_t waiters_visible_ns = 0;
   // NVML's view at the last poll (exported by status and metrics).
@@ -63,6 +64,8 @@ struct Gpu {
   uint64_t grants = 0;
   uint64_t switches = 0;
   uint64_t doorbells = 0;  // rings by its tenants (each makes the arbiter look at the GPU)
+  uint64_t passes = 0;         // syncs of every slot with a decision
+  uint64_t holder_looks = 0;   // deadlines served by a look at the holder alone
   uint32_t last_granted = common::kNoSlot;
 };
 
@@ -120,6 +123,9 @@ class Arbiter final : public TenantApi, public AdminApi {
   void heartbeat();
   void after_events();
   void sync_and_decide(Gpu& gpu);
+  // A deadline with nothing else new: true when the holder's hints showed it still busy
+  // and the scheduler moved its idle check (no sync of the other slots, no decision).
+  bool look_at_holder(Gpu& gpu);
   void apply(Gpu& gpu, const std::vector<Action>& actions);
   void on_death(pid_t pid);
   void free_slot(Gpu& gpu, SlotId slot);

@@ -82,7 +82,13 @@ std::vector<Action> Scheduler::decide(uint64_t now) {
     }
     if (!changed) break;
   }
-  next_deadline_ = next_wakeup(now, holder_ ? judge_holder(now) : Verdict{});
+  const Verdict verdict = holder_ ? judge_holder(now) : Verdict{};
+  other_deadline_ns_ = next_wakeup(now, verdict);
+  idle_check_ns_ = verdict.idle_check_ns;
+  next_deadline_ = other_deadline_ns_ == 0 ||
+                           (idle_check_ns_ != 0 && idle_check_ns_ < other_deadline_ns_)
+                       ? idle_check_ns_
+                       : other_deadline_ns_;
   return out;
 }
 
@@ -96,6 +102,10 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
   auto recheck = [&](uint64_t t) {
     t = std::max(t, now + kRecheckGrainNs);
     if (v.recheck_ns == 0 || t < v.recheck_ns) v.recheck_ns = t;
+  };
+  auto idle_check = [&](uint64_t t) {
+    t = std::max(t, now + kRecheckGrainNs);
+    if (v.idle_check_ns == 0 || t < v.idle_check_ns) v.idle_check_ns = t;
   };
   const Tenant& h = tenants_[*holder_];
   const Pod& hp = pods_[h.pod];
@@ -133,7 +143,7 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
       v.reason = Revoke::kIdle;
       return v;
     }
-    recheck(idle_at > now ? idle_at : now + options_.idle_release_ns);
+    idle_check(idle_at > now ? idle_at : now + options_.idle_release_ns);
   }
   if (!next) return v;
   if (idle_holder(h, now)) {
@@ -141,7 +151,7 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
     return v;
   }
   // The tenant's hints move without events: look again when they would call it idle.
-  recheck(idle_at > now ? idle_at : now + options_.idle_release_ns);
+  idle_check(idle_at > now ? idle_at : now + options_.idle_release_ns);
 
   const Rank mine = rank_of(h, now);
   const Rank theirs = rank_of(tenants_[*next], now);
@@ -254,6 +264,22 @@ uint64_t Scheduler::next_wakeup(uint64_t now, const Verdict& v) const {
     }
   }
   return next;
+}
+
+bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now) {
+  if (!holder_ || idle_check_ns_ == 0 || now < idle_check_ns_) return false;
+  if (other_deadline_ns_ != 0 && other_deadline_ns_ <= now) return false;
+  Tenant& h = tenants_[*holder_];
+  if (h.state != TenantState::kHolding) return false;
+  set_activity(h.slot, last_launch_ns, inflight_ns, now);
+  if (idle_holder(h, now)) return false;
+  // As judge_holder would set it now: nothing it reads but these hints and the time moved.
+  const uint64_t idle_at = last_work_ns(h) + std::max(h.inflight_ns, options_.idle_release_ns);
+  idle_check_ns_ =
+      std::max(idle_at > now ? idle_at : now + options_.idle_release_ns, now + kRecheckGrainNs);
+  next_deadline_ =
+      other_deadline_ns_ == 0 ? idle_check_ns_ : std::min(other_deadline_ns_, idle_check_ns_);
+  return true;
 }
 
 // ---------------------------------------------------------------------------------------

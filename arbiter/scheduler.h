@@ -102,6 +102,12 @@ class Scheduler {
   std::vector<Action> decide(uint64_t now);
   // When decide() must run again even if no event arrives; 0 = not needed.
   uint64_t next_deadline() const { return next_deadline_; }
+  // The look decide() schedules, while someone waits, to see whether the holder went idle
+  // needs no decision when the holder has worked since: given its latest hints, this moves
+  // that look and returns true when the deadline that fell due was that look alone and the
+  // holder is still busy. False: something else is due, or the holder is idle now, and
+  // decide() must run. (On a contended GPU most deadlines are this look.)
+  bool postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
 
   std::optional<SlotId> holder() const { return holder_; }
   // A holder preempted by an interactive tenant that still drains beside it (drain_overlap).
@@ -140,6 +146,9 @@ class Scheduler {
     Revoke reason = Revoke::kNone;
     bool overlap = false;     // the preemptor starts while this holder drains
     uint64_t recheck_ns = 0;  // 0: nothing to wait for
+    // When the holder's hints would call it idle (0: the verdict does not wait on that);
+    // kept apart from recheck_ns so that look can move without a decision.
+    uint64_t idle_check_ns = 0;
   };
   // The order of claims: a pod owed its minimum first, then the class. Lower is better.
   struct Rank {
@@ -233,6 +242,9 @@ class Scheduler {
   std::vector<Action> pending_;
   bool closed_ = false;
   uint64_t next_deadline_ = 0;
+  // next_deadline_'s parts: the holder's idle check, and every other reason (0: none).
+  uint64_t idle_check_ns_ = 0;
+  uint64_t other_deadline_ns_ = 0;
   uint64_t accounted_ns_ = 0;  // on-GPU tenants are charged up to here
   uint64_t next_trim_ns_ = 0;
   uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods

@@ -112,20 +112,40 @@ class Sim {
     }
   }
 
-  // Runs until `until`, from event to event.
+  // As the arbiter's look_at_holder: a wake-up for the scheduler's deadline alone offers
+  // the holder's hints to postpone_idle_check before any full pass.
+  bool look_at_holder() {
+    const auto h = sched.holder();
+    if (!h) return false;
+    const Model& m = tenants_.at(*h);
+    if (!m.granted || (m.release_at && *m.release_at <= now)) return false;
+    const bool working_now = m.busy && !m.stopped;
+    return sched.postpone_idle_check(working_now ? now : m.last_launch,
+                                     working_now ? m.queued_ns : 0, now);
+  }
+
+  // Runs until `until`, from event to event. A wake-up with no tenant event due, only the
+  // scheduler's deadline, goes through look_at_holder first, as in the arbiter.
   void run_until(uint64_t until) {
+    bool deadline_only = false;
     while (now < until) {
-      pass();
-      uint64_t next = until;
-      const uint64_t d = sched.next_deadline();
-      if (d != 0 && d < next) next = d;
+      if (deadline_only && look_at_holder()) {
+        ++holder_looks;
+      } else {
+        pass();
+      }
+      uint64_t events = UINT64_MAX;
       const uint64_t sharing = std::max<size_t>(working().size(), 1);
       for (auto& [slot, m] : tenants_) {
-        if (m.release_at && *m.release_at < next) next = *m.release_at;
-        if (m.want_at && *m.want_at < next) next = *m.want_at;
-        if (m.drain_left != 0 && now + m.drain_left * sharing < next)
-          next = now + m.drain_left * sharing;
+        if (m.release_at && *m.release_at < events) events = *m.release_at;
+        if (m.want_at && *m.want_at < events) events = *m.want_at;
+        if (m.drain_left != 0 && now + m.drain_left * sharing < events)
+          events = now + m.drain_left * sharing;
       }
+      const uint64_t d = sched.next_deadline();
+      uint64_t next = std::min(until, events);
+      if (d != 0 && d < next) next = d;
+      deadline_only = d != 0 && next == d && d < events && d < until;
       // A scheduler that keeps asking to be woken a few nanoseconds later is spinning.
       tiny_steps_ = next - now < 1000 ? tiny_steps_ + 1 : 0;
       if (tiny_steps_ > 100000) {
@@ -247,6 +267,9 @@ class Sim {
   std::map<SlotId, uint64_t> grants_;
   uint64_t settled_ = 1 * kNsPerSec;
   uint64_t tiny_steps_ = 0;
+
+ public:
+  uint64_t holder_looks = 0;  // wake-ups that look_at_holder served without a pass
 };
 
 inline common::Policy weight(uint32_t w) {

@@ -79,6 +79,81 @@ TEST(Scheduler, IdleHolderIsRevokedEarlyWhenOthersWait) {
   (void)last_launch;
 }
 
+// While others wait, the deadline decide() sets is mostly the look at whether the holder
+// went idle. A busy holder's fresh hints move that look without a decision; a stale one, or
+// another deadline falling due (its quantum's end), leaves the decision to decide().
+TEST(Scheduler, ABusyHoldersIdleCheckMovesWithoutADecision) {
+  SchedulerOptions o;
+  o.quantum_ns = 50 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  Scheduler sched(o);
+  uint64_t now = 1 * kNsPerSec;
+  sched.add_tenant(1, 1, now);
+  sched.add_tenant(2, 2, now);
+  sched.set_want(1, true, now);
+  sched.decide(now);
+  ASSERT_EQ(sched.holder(), 1u);
+  EXPECT_FALSE(sched.postpone_idle_check(now, 0, now + o.idle_release_ns))
+      << "nobody waits: there is no idle check to move";
+  sched.set_want(2, true, now);
+  sched.set_activity(1, now, 0, now);
+  EXPECT_TRUE(sched.decide(now).empty());
+  ASSERT_EQ(sched.next_deadline(), now + o.idle_release_ns) << "the idle check comes first";
+  EXPECT_FALSE(sched.postpone_idle_check(now, 0, now + kNsPerMs)) << "not due yet";
+
+  // Every look for the next 40 ms finds a launch since the last: each moves the look on.
+  const uint64_t granted = now;
+  for (now += o.idle_release_ns; now < granted + 40 * kNsPerMs; now = sched.next_deadline()) {
+    ASSERT_TRUE(sched.postpone_idle_check(now - 100 * kNsPerUs, 0, now));
+    EXPECT_EQ(sched.next_deadline(), now - 100 * kNsPerUs + o.idle_release_ns);
+    EXPECT_EQ(sched.holder(), 1u);
+  }
+  // Queued work longer than idle_release puts the look at its end.
+  ASSERT_TRUE(sched.postpone_idle_check(now, 5 * kNsPerMs, now));
+  EXPECT_EQ(sched.next_deadline(), now + 5 * kNsPerMs);
+
+  // The quantum's end is due before the next idle check: that is a decision.
+  now = granted + o.quantum_ns;
+  EXPECT_FALSE(sched.postpone_idle_check(now, 0, now));
+  std::vector<Action> actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, Action::Kind::kRevoke);
+
+  // A holder whose last launch is idle_release old is idle: that is a decision too.
+  sched.set_want(1, false, now);
+  sched.released(1, now);
+  actions = sched.decide(now);
+  ASSERT_EQ(sched.holder(), 2u);
+  sched.set_want(1, true, now);
+  sched.set_activity(2, now, 0, now);
+  sched.decide(now);
+  now += o.idle_release_ns;
+  EXPECT_FALSE(sched.postpone_idle_check(now - o.idle_release_ns, 0, now));
+  actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, Action::Kind::kRevoke);
+  EXPECT_EQ(actions[0].slot, 2u);
+}
+
+// Driven as the arbiter drives it, most wake-ups of a contended GPU are looks at the holder,
+// and the shares are what full passes give.
+TEST(Scheduler, MostWakeUpsOfABusyGpuAreLooksAtTheHolder) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  Sim sim(o);
+  sim.add(1, 1, weight(1));
+  sim.add(2, 2, weight(3));
+  sim.busy(1);
+  sim.busy(2);
+  sim.run_for(4 * kNsPerSec);
+  const size_t grants = sim.count(Action::Kind::kGrant, 1) + sim.count(Action::Kind::kGrant, 2);
+  EXPECT_GT(sim.holder_looks, 4 * grants) << grants << " grants";
+  EXPECT_NEAR(sim.share(1), 0.25, 0.02);
+  EXPECT_NEAR(sim.share(2), 0.75, 0.02);
+}
+
 // A holder that waits for each kernel before it launches the next last launched a whole
 // kernel before that kernel ends. idle_release counts from the end of its queued work, so the
 // milliseconds a loaded node takes to wake it for the completion and reach the next launch

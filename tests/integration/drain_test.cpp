@@ -2,7 +2,8 @@
 // busy, `quantactl drain` must stop every grant on the drained GPU (whole or one MIG
 // instance) and say when it is idle, `quantactl undrain` must bring the tenants back with
 // no CUDA error, and a restarted arbiter must keep the drain. simgpu's execution log is the
-// judge of who ran on which device when.
+// judge of who ran on which device when. Also what waiting costs the arbiter: a waiter's
+// reminders, and the looks at a busy holder.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -92,6 +93,32 @@ TEST(Drain, AWaiterAtADrainedGpuRemindsTheArbiterOnceASecond) {
   EXPECT_GE(rang, 1u) << "the waiter never reminded the arbiter";
   ASSERT_EQ(quantactl(world, {"undrain", "0"}).code, 0);
   expect_clean_exit(a, "tenant a");
+}
+
+// While a busy holder keeps a waiter waiting, the arbiter looks every idle_release at
+// whether the holder went idle. Those looks read the holder's words alone; the full pass
+// (every slot read, a decision) is for events: a quantum's end, a release, a ring.
+TEST(Drain, ABusyHoldersIdleChecksReadOnlyTheHolder) {
+  World world(test_name(), ArbiterConfig{.quantum = "50ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
+  world.start_arbiter();
+  const std::string at = start_in(300);
+  Child a = world.spawn_tenant(batch(4.0, at), "a", true);
+  Child b = world.spawn_tenant(batch(4.0, at), "b", true);
+  ASSERT_TRUE(admitted(world, {a.pid(), b.pid()})) << world.arbiter_log();
+  sleep_ms(1000);  // both contend
+  const nlohmann::json before = status(world)["gpus"][0];
+  sleep_ms(1500);
+  const nlohmann::json after = status(world)["gpus"][0];
+  const uint64_t looks = after.value("holder_looks", 0ull) - before.value("holder_looks", 0ull);
+  const uint64_t passes = after.value("passes", 0ull) - before.value("passes", 0ull);
+  const uint64_t switches = after.value("switches", 0ull) - before.value("switches", 0ull);
+  EXPECT_GE(switches, 2u) << "the tenants did not take turns";
+  // About 100 looks beside 120 full passes here on a quiet machine (each switch makes a
+  // few: the quantum's end, the release, the next want); before, every look was a pass.
+  EXPECT_GE(looks, 30u) << "in 1.5 s of contention: " << looks << " looks at the holder, "
+                        << passes << " full passes, " << switches << " switches";
+  expect_clean_exit(a, "tenant a");
+  expect_clean_exit(b, "tenant b");
 }
 
 TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
