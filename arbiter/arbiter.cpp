@@ -582,6 +582,26 @@ void Arbiter::heartbeat() {
   heartbeat_timer_.arm_at(now + config_.scheduler.lease_ns / 4);
 }
 
+namespace {
+
+// The tenant's last launch as the scheduler reads it. The shim stamps last_launch_ns at
+// every launch only while it sees waiters published (otherwise once per coarse clock tick,
+// to keep launches cheap), so launches before the publication count as made at it: a holder
+// is idle only after idle_release without a launch since others were seen waiting.
+uint64_t last_launch(const Gpu& gpu, const common::GateChannel& ch, uint64_t now) {
+  const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
+  return std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from);
+}
+
+// Whether the tenant in `slot` published the release of its current turn.
+bool released_turn(const common::ControlRegion& region, SlotId slot,
+                   const common::GateChannel& ch) {
+  return ch.released_turn.load(std::memory_order_acquire) ==
+         region.slots[slot].turn.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
 void Arbiter::after_events() {
   for (auto& gpu : gpus_) {
     const bool due = gpu->timer_due;
@@ -600,16 +620,11 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
   if (!holder) return false;
   const auto found = gpu.slot_pids.find(*holder);
   if (found == gpu.slot_pids.end()) return false;
-  common::ControlRegion& region = *gpu.region.get();
   const common::GateChannel& ch = channel(processes_.at(found->second), gpu.index);
-  if (ch.released_turn.load(std::memory_order_acquire) ==
-      region.slots[*holder].turn.load(std::memory_order_acquire))
-    return false;  // released: a decision is due
+  if (released_turn(*gpu.region.get(), *holder, ch)) return false;  // a decision is due
   const uint64_t now = monotonic_ns();
-  const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
-  if (!gpu.sched->postpone_idle_check(
-          std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
-          ch.inflight_ns.load(std::memory_order_relaxed), now))
+  if (!gpu.sched->postpone_idle_check(last_launch(gpu, ch, now),
+                                      ch.inflight_ns.load(std::memory_order_relaxed), now))
     return false;
   ++gpu.holder_looks;
   gpu.timer.arm_at(gpu.sched->next_deadline());
@@ -633,16 +648,9 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     if (sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now)) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
     }
-    // The shim stamps last_launch_ns at every launch only while it sees waiters published
-    // here (otherwise once per coarse clock tick, to keep launches cheap), so launches
-    // before the publication count as made at it: a holder is idle only after
-    // idle_release without a launch since others were seen waiting.
-    const uint64_t stamped_from = gpu.waiters_visible_ns != 0 ? gpu.waiters_visible_ns : now;
-    sched.set_activity(slot,
-                       std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from),
+    sched.set_activity(slot, last_launch(gpu, ch, now),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
-    if (ch.released_turn.load(std::memory_order_acquire) ==
-        region.slots[slot].turn.load(std::memory_order_acquire)) {
+    if (released_turn(region, slot, ch)) {
       TenantState st = sched.state(slot);
       if (st == TenantState::kHolding || st == TenantState::kRevoking ||
           st == TenantState::kPassedOver) {

@@ -16,25 +16,14 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "test_files.h"
+
 extern char** environ;
 
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-double now_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 struct Result {
   int code = -1;

@@ -25,25 +25,13 @@
 #include "hooks/error.h"
 #include "hooks/layout.h"
 #include "hooks/stages.h"
+#include "test_files.h"
 
 namespace quanta::hooks {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-double now_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
-}
 
 class TempDir {
  public:
