@@ -81,13 +81,30 @@ try {
     cleanup();
     report.finish();
   }
-  const tenant = (pod, extra = []) => start([bin("bin/quanta-tenant"), "--json", "batch", "--seconds", "6", "--kernel-ms", "2",
+  const tenant = (pod, extra = []) => start([bin("bin/quanta-tenant"), "--json", "batch", "--seconds", "12", "--kernel-ms", "2",
     "--depth", "2", ...extra], { LD_PRELOAD: bin("lib/libquanta.so"), QUANTA_POD: pod }, pod);
-  tenant("scrape-capped");
-  tenant("scrape-heavy");
+  const batch = [tenant("scrape-capped"), tenant("scrape-heavy")];
+  // The allocator starts once both batch tenants hold a context and have been granted the
+  // GPU: started beside them, it could fill the capped pod's ledger before the capped batch
+  // tenant's context is charged, and that tenant would exit with CUDA_ERROR_OUT_OF_MEMORY.
+  const grants = (body, pod) => {
+    let n = 0;
+    for (const m of body.matchAll(new RegExp(`^quanta_pod_grants_total\\{[^}]*pod="${pod}"[^}]*\\} (\\S+)$`, "gm")))
+      n += Number(m[1]);
+    return n;
+  };
+  let granted = false;
+  for (let i = 0; i < 100 && !granted; i++) {
+    await sleep(100);
+    const body = (await get()).body;
+    granted = grants(body, "scrape-capped") > 0 && grants(body, "scrape-heavy") > 0;
+  }
+  report.check(granted, "both batch pods are granted the GPU within 10 s");
   const alloc = start([bin("bin/quanta-tenant"), "--json", "alloc", "--bytes", "512Mi", "--count", "4", "--hold-ms", "4000"],
     { LD_PRELOAD: bin("lib/libquanta.so"), QUANTA_POD: "scrape-capped" }, "alloc");
-  await sleep(3500);  // contention: waits, switches, a denial at the cap
+  await sleep(3000);  // contention: waits, switches, a denial at the cap
+  for (const c of batch)
+    report.check(c.exitCode === null, `the ${c.name} batch tenant still runs at the scrape; its output:\n${c.log}`);
 
   const scrape = await get();
   report.check(scrape.status === 200, `the scrape under load answers 200 (got ${scrape.status})`);
