@@ -301,10 +301,12 @@ TEST(Gate, BatchQueueStaysWithinTheInflightLimitBesideInteractive) {
   watch.stop();
 
   // The shim's own account: queued work (launches not seen complete x one's device time,
-  // which time slicing beside the requests and polling lateness stretch).
+  // which time slicing beside the requests and polling lateness stretch: on a loaded machine
+  // the device thread sees completions late, so the estimate reads up to a few kernels high).
+  // Unlimited, the tenant keeps 8 kernels (16 ms) queued; simgpu's account below is exact.
   ASSERT_GT(watch.samples(), 100u) << "the arbiter never limited the batch tenant";
   const uint64_t limit = watch.limit_ns();
-  EXPECT_LE(watch.max_inflight(), limit + static_cast<uint64_t>(2 * kKernelMs * kMs))
+  EXPECT_LE(watch.max_inflight(), limit + static_cast<uint64_t>(4 * kKernelMs * kMs))
       << "queued work " << watch.max_inflight() / 1e6 << " ms against a limit of " << limit / 1e6
       << " ms";
 
