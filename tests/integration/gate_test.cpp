@@ -366,8 +366,14 @@ TEST(Gate, LongDrainOnOneGpuDoesNotDelayReleaseOnAnother) {
   const auto gaps = handoff_gaps(slices, 1, both.pid(), n1.pid(), from);
   ASSERT_GE(gaps.size(), 10u) << "GPU 1 changed hands too rarely: " << describe_ms(gaps);
   std::printf("handoff gaps on GPU 1 (ms): %s\n", describe_ms(gaps).c_str());
-  // A release follows the drain of 1 ms kernels; a drain on GPU 0 takes up to 100 ms.
-  EXPECT_LT(*std::max_element(gaps.begin(), gaps.end()), 25 * kMs)
+  // A release follows the drain of 1 ms kernels; a drain on GPU 0 takes up to 100 ms, and
+  // the process drains there about half the time. Released one GPU after the other, a large
+  // part of GPU 1's handoffs would wait tens of milliseconds behind GPU 0's drain; released
+  // independently, a gap that long is a rare scheduling stall of a loaded 2-core machine
+  // (one of 63 under an ASan build, none in runs alone, where the longest was 2.7 ms).
+  const auto long_gaps = std::count_if(gaps.begin(), gaps.end(),
+                                       [](uint64_t gap) { return gap >= 25 * kMs; });
+  EXPECT_LE(long_gaps, 2)
       << "idle gaps on GPU 1 from the two-GPU process to its neighbour (ms): " << describe_ms(gaps);
 }
 
