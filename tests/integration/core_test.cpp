@@ -2,8 +2,11 @@
 // preloaded, one private quanta-arbiter per test, simgpu as the GPU. Every verdict comes
 // from what the code under test does not write itself: simgpu's execution log, exit codes
 // and reports of the tenants, and the ledger words in the pod regions.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,6 +15,7 @@
 #include <thread>
 
 #include "harness.h"
+#include "tests/simgpu/shared_state.h"
 
 namespace quanta::integration {
 namespace {
@@ -263,6 +267,23 @@ bool wait_for_contention(World& world, ControlView& view, Child& holder, Child& 
   return seen;
 }
 
+// simgpu keeps each device's model behind one process-shared mutex. A SIGSTOP that lands
+// while a process is inside simgpu with that lock held keeps every other process off the
+// device until it continues (no lock spans processes in a real driver), so such a stop is
+// retried. The owner is glibc's record of the locking thread's id.
+bool holds_sim_device_lock(const World& world, pid_t pid) {
+  const int fd = shm_open(("/" + world.sim_state()).c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (fd < 0) return false;
+  void* map = mmap(nullptr, sizeof(simgpu::SharedState), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED) return false;
+  const int owner = static_cast<const simgpu::SharedState*>(map)->devices[0].lock.__data.__owner;
+  munmap(map, sizeof(simgpu::SharedState));
+  if (owner == 0) return false;
+  std::ifstream task("/proc/" + std::to_string(pid) + "/task/" + std::to_string(owner) + "/stat");
+  return task.good();
+}
+
 bool process_stopped(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
@@ -319,14 +340,16 @@ TEST(Core, StoppedHolderIsPassedOverAfterTimeout) {
   Child waiter = world.spawn_tenant(batch(1.0, start_in(100)), "waiter", true);
   const uint32_t holder_slot = view.slot_of(holder.pid());
   // Stop the holder while it holds an unrevoked grant (odd turn after the stop): then only
-  // the revoke timeout can hand the GPU on. A stop that lands just after a revoke is retried.
+  // the revoke timeout can hand the GPU on. A stop that lands just after a revoke, or inside
+  // simgpu's device lock, is retried.
   uint64_t stopped_at = 0;
   for (int attempt = 0; attempt < 5 && stopped_at == 0; ++attempt) {
     ASSERT_TRUE(wait_for_contention(world, view, holder, waiter));
     const uint64_t now = monotonic_ns();
     holder.signal(SIGSTOP);
     ASSERT_TRUE(eventually(2, [&] { return process_stopped(holder.pid()); }));
-    if (view->slots[holder_slot].turn.load() & 1u) {
+    if ((view->slots[holder_slot].turn.load() & 1u) &&
+        !holds_sim_device_lock(world, holder.pid())) {
       stopped_at = now;
     } else {
       holder.signal(SIGCONT);
