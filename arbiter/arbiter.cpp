@@ -481,7 +481,8 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
   return out;
 }
 
-Attachment Arbiter::attach(pid_t pid, const std::string& uuid, bool observe) {
+Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
+  const std::string& uuid = request.uuid;
   Attachment out;
   auto it = processes_.find(pid);
   if (it == processes_.end()) {
@@ -509,7 +510,7 @@ Attachment Arbiter::attach(pid_t pid, const std::string& uuid, bool observe) {
                     out.reason);
     return out;
   }
-  if (observe) {  // memory views only: no slot, never a tenant of the scheduler
+  if (request.observe) {  // memory views only: no slot, never a tenant of the scheduler
     out.attached = true;
     out.gpu_index = gpu->index;
     out.slot = common::kNoSlot;
@@ -545,6 +546,8 @@ Attachment Arbiter::attach(pid_t pid, const std::string& uuid, bool observe) {
                     "pid {} of pod {} attached to GPU {} as slot {}", proc.pid, printable(pod.key),
                     gpu->uuid, slot);
   }
+  // Also on a re-attach (after an arbiter restart, or by a newer shim in the same slot).
+  gpu->sched->set_reports_quiet(slot, request.reports_quiet);
   out.attached = true;
   out.gpu_index = gpu->index;
   out.slot = slot;

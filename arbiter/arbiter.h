@@ -105,7 +105,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   // TenantApi.
   Admission admit(const PeerIdentity& peer, const std::string& cgroup,
                   const std::string& claimed_pod) override;
-  Attachment attach(pid_t pid, const std::string& uuid, bool observe) override;
+  Attachment attach(pid_t pid, const TenantMessage& request) override;
   void refused(const std::string& reason) override { note_refusal(reason); }
   void rang(pid_t pid) override;
 

@@ -151,7 +151,7 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
     return v;
   }
   // The tenant's hints move without events: look again when they would call it idle.
-  idle_check(idle_at > now ? idle_at : now + options_.idle_release_ns);
+  if (looks_for_idleness(h)) idle_check(idle_at > now ? idle_at : now + options_.idle_release_ns);
 
   const Rank mine = rank_of(h, now);
   const Rank theirs = rank_of(tenants_[*next], now);
@@ -273,6 +273,11 @@ bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_n
   if (h.state != TenantState::kHolding) return false;
   set_activity(h.slot, last_launch_ns, inflight_ns, now);
   if (idle_holder(h, now)) return false;
+  if (!looks_for_idleness(h)) {  // busy, and it rings once its work runs out
+    idle_check_ns_ = 0;
+    next_deadline_ = other_deadline_ns_;
+    return true;
+  }
   // As judge_holder would set it now: nothing it reads but these hints and the time moved.
   const uint64_t idle_at = last_work_ns(h) + std::max(h.inflight_ns, options_.idle_release_ns);
   idle_check_ns_ =
@@ -452,6 +457,14 @@ uint64_t Scheduler::last_work_ns(const Tenant& h) {
 
 bool Scheduler::idle_holder(const Tenant& h, uint64_t now) const {
   return h.inflight_ns == 0 && now >= last_work_ns(h) + options_.idle_release_ns;
+}
+
+// A holder that reports its quiet is looked at only while it has no queued work published;
+// a capped pod's holder is always looked at (its idleness ends the grant with nobody waiting,
+// when its shim does not ring).
+bool Scheduler::looks_for_idleness(const Tenant& h) const {
+  return !h.reports_quiet || h.inflight_ns == 0 ||
+         pods_[h.pod].policy.max_share_ppm < common::kShareScale;
 }
 
 uint32_t Scheduler::active_interactive() const {
@@ -654,6 +667,10 @@ bool Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
     set_state(t, TenantState::kIdle, now);
   }
   return false;
+}
+
+void Scheduler::set_reports_quiet(SlotId slot, bool reports_quiet) {
+  if (has_tenant(slot)) tenants_[slot].reports_quiet = reports_quiet;
 }
 
 void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,

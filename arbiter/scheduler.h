@@ -83,6 +83,11 @@ class Scheduler {
   // keeps it through the grant and clears it with its release unless a launcher waits
   // again). True when it woke the tenant.
   bool set_want(SlotId slot, bool want, uint64_t now);
+  // The tenant's shim rings the doorbell when its queued work runs out while it holds the GPU
+  // and others wait (kAttachReportsQuiet): while it holds with work queued, decide() does not
+  // look at it for idleness, and the ring brings the look. A shim that claims this and never
+  // rings keeps the grant to its quantum's end, as a busy holder would.
+  void set_reports_quiet(SlotId slot, bool reports_quiet);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its hold).
   void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
   // The tenant published a release of its current turn (odd: voluntary give-back).
@@ -166,6 +171,7 @@ class Scheduler {
     bool want = false;
     bool owed_grant = false;         // granted on its pod's minimum (not in fair order)
     bool revoked_busy = false;       // revoked with work still coming (not for idleness)
+    bool reports_quiet = false;      // set_reports_quiet
     uint64_t presumed_until_ns = 0;  // counts as wanting until then, want or not
     uint64_t grant_ns = 0;
     uint64_t quantum_end_ns = 0;
@@ -220,6 +226,7 @@ class Scheduler {
 
   static uint64_t last_work_ns(const Tenant& h);
   bool idle_holder(const Tenant& h, uint64_t now) const;
+  bool looks_for_idleness(const Tenant& h) const;
   uint64_t quantum_of(const Tenant& t) const;
   bool interactive_recent(uint64_t now) const;
   uint32_t active_interactive() const;

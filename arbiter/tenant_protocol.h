@@ -14,6 +14,7 @@ struct TenantMessage {
   std::string claimed_pod;  // Hello: QUANTA_POD of a host process ("" when none)
   std::string uuid;         // Attach: the device's UUID
   bool observe = false;     // Attach: memory views only (kAttachObserve), never a slot
+  bool reports_quiet = false;  // Attach: kAttachReportsQuiet
 };
 
 // `truncated`: the kernel cut the packet or its control data (MSG_TRUNC/MSG_CTRUNC).

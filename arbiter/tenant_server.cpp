@@ -281,7 +281,7 @@ void TenantServer::on_readable(int fd) {
       return handle_hello(conn, m.claimed_pod);
     case TenantMessage::Kind::kAttach:
       if (!conn.welcomed) return close_connection(fd, "Attach before a Welcome");
-      return handle_attach(conn, m.uuid, m.observe);
+      return handle_attach(conn, m);
   }
 }
 
@@ -333,9 +333,9 @@ void TenantServer::handle_hello(Connection& conn, const std::string& claimed_pod
   if (!send_with_fds(fd, &m, sizeof(m), {a.pod_fd, doorbell})) close_connection(fd, "");
 }
 
-void TenantServer::handle_attach(Connection& conn, const std::string& uuid, bool observe) {
+void TenantServer::handle_attach(Connection& conn, const TenantMessage& request) {
   const int fd = conn.sock.get();
-  Attachment a = api_.attach(conn.peer.pid, uuid, observe);
+  Attachment a = api_.attach(conn.peer.pid, request);
   if (!a.attached) {
     auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed);
     copy_text(m.reason, sizeof(m.reason), a.reason);

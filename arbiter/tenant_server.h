@@ -16,6 +16,7 @@
 #include "arbiter/fd_reaper.h"
 #include "arbiter/log_limit.h"
 #include "arbiter/peer_identity.h"
+#include "arbiter/tenant_protocol.h"
 #include "arbiter/unix_socket.h"
 #include "common/wire.h"
 
@@ -56,8 +57,9 @@ class TenantApi {
   virtual Admission admit(const PeerIdentity& peer, const std::string& cgroup,
                           const std::string& claimed_pod) = 0;
   // An admitted process asks for a GPU.
-  // `observe`: a process that only reads memory views (NVML): no slot, never scheduled.
-  virtual Attachment attach(pid_t pid, const std::string& uuid, bool observe) = 0;
+  // The Attach as parsed: a process that only reads memory views (NVML, `observe`) gets no
+  // slot and is never scheduled.
+  virtual Attachment attach(pid_t pid, const TenantMessage& request) = 0;
   // A process was refused at the door (counted by the metrics), for `reason`.
   virtual void refused(const std::string& reason) = 0;
   // An admitted process rang its doorbell (it published a want or a release).
@@ -112,7 +114,7 @@ class TenantServer {
   void on_deadline();
   void close_connection(int fd, const std::string& why);
   void handle_hello(Connection& conn, const std::string& claimed_pod);
-  void handle_attach(Connection& conn, const std::string& uuid, bool observe);
+  void handle_attach(Connection& conn, const TenantMessage& request);
   void refuse(Connection& conn, const std::string& reason, common::RefusedAction action);
   // Frees room by closing not-yet-welcomed connections whose process already exited.
   void prune_dead_pending();

@@ -74,6 +74,9 @@ struct RefusedMessage {
 // Memory views only: a process that uses NVML and no CUDA (nvidia-smi, an exporter) reads
 // its pod's usage and cap without becoming a tenant. It gets no slot and is never scheduled.
 constexpr uint32_t kAttachObserve = 1u << 0;
+// The process rings the doorbell when its queued work on this GPU runs out while it holds
+// the GPU and others wait, so the arbiter need not keep looking at a busy holder for idleness.
+constexpr uint32_t kAttachReportsQuiet = 1u << 1;
 
 struct AttachMessage {
   MessageHeader header;

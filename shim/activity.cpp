@@ -248,6 +248,23 @@ uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now) {
   return expires - now;
 }
 
+// The transition to quiet is what the arbiter cannot see without looking; a quiet that began
+// before others waited or before the grant is read by the pass that published them. Checked
+// at every poll, not only at the transition, so a quiet whose waiters were published just
+// after this thread read the count is rung about at the next poll.
+void ring_when_quiet(Binding* binding, const Route* route) {
+  const uint32_t turn = route->slot->turn.load(std::memory_order_acquire);
+  if (route->channel->inflight_ns.load(std::memory_order_relaxed) != 0 || !(turn & 1u)) {
+    binding->quiet_rung_turn = 0;
+    return;
+  }
+  if (binding->quiet_rung_turn == turn ||
+      route->control->header.waiters.load(std::memory_order_relaxed) == 0)
+    return;
+  binding->quiet_rung_turn = turn;
+  ring_doorbell();
+}
+
 void activity_reset_in_child() {
   for (Binding& binding : g_bindings) {
     binding.stamped_tick.store(0);
@@ -255,6 +272,7 @@ void activity_reset_in_child() {
     binding.gap_average_ns.store(0);
     binding.busy_run.store(0);
     binding.tracking.store(0);
+    binding.quiet_rung_turn = 0;
     // Events of the parent's contexts mean nothing here; the entries are reused afresh.
     for (TrackedLaunch& entry : binding.work.ring) {
       entry.sequence.store(0);

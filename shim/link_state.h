@@ -30,10 +30,6 @@ using common::PodRegion;
 
 constexpr uint64_t kGateWaitSliceNs =
     100 * kNsPerMs;  // a blocked launcher re-checks the lease this often
-// A blocked launcher rings the doorbell again this long after its last ring while its want
-// is still published (sooner when the want was cleared meanwhile): the arbiter's heartbeat
-// reads every want anyway, so each waiter costs the arbiter one look a second, not ten.
-constexpr uint64_t kGateReRingNs = kNsPerSec;
 constexpr uint64_t kLinkWaitSliceNs = 50 * kNsPerMs;  // the link thread's loop period at most
 constexpr uint64_t kBusyGapNs = 10 * kNsPerMs;        // launch gaps longer than this are idleness
 constexpr uint32_t kBusyRunLaunches = 4;  // short gaps in a row before the estimate counts
@@ -169,6 +165,9 @@ struct Binding {
   std::atomic<uint32_t> device_thread{0};  // 0 none, 1 started
   uint32_t handled_turn = 0;               // device thread only
   const Route* handled_route = nullptr;    // device thread only
+  // The held turn whose quiet (no queued work published) the device thread rang about; 0
+  // once work is queued again (device thread only; activity.cpp).
+  uint32_t quiet_rung_turn = 0;
   std::atomic<bool> handled_valid{false};  // cleared by a re-attach
 };
 
@@ -293,6 +292,10 @@ void track_launch(Binding* binding, CUcontext context, CUstream stream);
 // clears the estimate once the process went idle. Returns how soon it wants to look again
 // (0: nothing pending).
 uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now);
+// Device thread, after refresh_inflight: while this process holds the GPU and others wait,
+// rings the doorbell once when its queued work runs out (the arbiter looks at such a holder
+// for idleness only then; AttachMessage's kAttachReportsQuiet).
+void ring_when_quiet(Binding* binding, const Route* route);
 // Whether launches on this binding must record completions now.
 inline bool should_track(const Route* route) {
   return route->control->header.waiters.load(std::memory_order_relaxed) != 0 ||

@@ -129,6 +129,7 @@ void* device_thread_main(void* argument) {
     uint64_t timeout = kLinkWaitSliceNs;
     const uint64_t again = refresh_inflight(binding, route, monotonic_ns());
     if (again != 0 && again < timeout) timeout = again;
+    ring_when_quiet(binding, route);
     common::futex_wait(&route->slot->turn, turn, timeout);
   }
   return nullptr;

@@ -300,6 +300,7 @@ AttachOutcome attach_locked(Binding* binding) {
   common::AttachMessage attach{};
   attach.header = common::make_header<common::AttachMessage>(common::MessageType::kAttach);
   copy_text(attach.uuid, sizeof attach.uuid, binding->uuid);
+  attach.flags = common::kAttachReportsQuiet;  // the device thread's ring_when_quiet
   ArbiterReply reply;
   int fds[1] = {-1};
   int fd_count = 0;

@@ -59,6 +59,19 @@ class Sim {
   }
   // How many kernels the tenant keeps queued (see the top of the file): 1 or 2.
   void depth(SlotId slot, int d) { tenants_.at(slot).early_want = d > 1; }
+  // The tenant's shim rings when its queued work runs out while it holds the GPU (its device
+  // thread sees that kRingDelayNs after the last kernel ends; a stopped one never rings).
+  void reports_quiet(SlotId slot, bool r = true) {
+    tenants_.at(slot).reports_quiet = r;
+    sched.set_reports_quiet(slot, r);
+  }
+  // The holder stops launching: its device thread rings if it reports its quiet.
+  void quiet(SlotId slot) {
+    busy(slot, false);
+    Model& m = tenants_.at(slot);
+    if (m.reports_quiet && m.granted && !m.stopped) m.ring_at = now + kRingDelayNs;
+  }
+  uint64_t rings = 0;  // passes a quiet ring brought
   // Alias used by tests that only care that the tenant asks.
   void want(SlotId slot, bool w = true) { busy(slot, w, tenants_.at(slot).queued_ns); }
   // A stopped tenant neither launches nor releases (SIGSTOP); resuming releases a revoke.
@@ -74,6 +87,10 @@ class Sim {
     settle();
     // As sync_and_decide reads each channel: want, then the release word, then the hints.
     for (auto& [slot, m] : tenants_) {
+      if (m.ring_at && *m.ring_at <= now) {
+        m.ring_at.reset();
+        ++rings;
+      }
       if (m.want_at && *m.want_at <= now) {
         m.want_at.reset();
         if (m.busy && !m.granted) m.want = true;
@@ -139,6 +156,7 @@ class Sim {
       for (auto& [slot, m] : tenants_) {
         if (m.release_at && *m.release_at < events) events = *m.release_at;
         if (m.want_at && *m.want_at < events) events = *m.want_at;
+        if (m.ring_at && *m.ring_at < events) events = *m.ring_at;
         if (m.drain_left != 0 && now + m.drain_left * sharing < events)
           events = now + m.drain_left * sharing;
       }
@@ -217,6 +235,8 @@ class Sim {
   static constexpr uint64_t kWantDelayNs = 10 * kNsPerUs;
   // How long after its queued work finished a revoked tenant's release is published.
   static constexpr uint64_t kReleaseDelayNs = 20 * kNsPerUs;
+  // How long after its work ran out a quiet-reporting holder's device thread rings.
+  static constexpr uint64_t kRingDelayNs = 1 * kNsPerMs;
 
   struct Model {
     PodId pod = 0;
@@ -226,11 +246,13 @@ class Sim {
     bool draining = false;    // revoked, queued work still on the device
     bool want = false;        // GateChannel::want
     bool early_want = false;  // depth 2: back at the gate right after a revoke
+    bool reports_quiet = false;
     uint64_t queued_ns = 1 * kNsPerMs;
     uint64_t drain_left = 0;  // device time its revoked work still needs
     uint64_t last_launch = 0;
     std::optional<uint64_t> release_at;
     std::optional<uint64_t> want_at;
+    std::optional<uint64_t> ring_at;  // a quiet ring's doorbell
   };
 
   // Device time since the last settle, split between the tenants with work on it.

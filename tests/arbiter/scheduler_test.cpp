@@ -136,6 +136,134 @@ TEST(Scheduler, ABusyHoldersIdleCheckMovesWithoutADecision) {
   EXPECT_EQ(actions[0].slot, 2u);
 }
 
+// A holder whose shim reports its quiet (kAttachReportsQuiet) is not looked at for idleness
+// while it has work queued: its quantum's end is the only deadline. Its ring, when its work
+// runs out, brings a pass that sees no queued work; from then on the look runs as for any
+// holder, and idle_release after its work ended it is revoked for the waiter.
+TEST(Scheduler, AHolderThatReportsItsQuietIsLookedAtOnlyOnceItsWorkRanOut) {
+  SchedulerOptions o;
+  o.quantum_ns = 50 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  Scheduler sched(o);
+  uint64_t now = 1 * kNsPerSec;
+  sched.add_tenant(1, 1, now);
+  sched.add_tenant(2, 2, now);
+  sched.set_reports_quiet(1, true);
+  sched.set_want(1, true, now);
+  sched.decide(now);
+  ASSERT_EQ(sched.holder(), 1u);
+  const uint64_t granted = now;
+  sched.set_want(2, true, now);
+  sched.set_activity(1, now, 5 * kNsPerMs, now);  // work queued
+  EXPECT_TRUE(sched.decide(now).empty());
+  EXPECT_EQ(sched.next_deadline(), granted + o.quantum_ns) << "looked at while busy";
+
+  // Its ring: the pass reads no queued work; the look comes idle_release after it ended.
+  now += 10 * kNsPerMs;
+  sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
+  EXPECT_TRUE(sched.decide(now).empty());
+  EXPECT_EQ(sched.next_deadline(), now + o.idle_release_ns);
+  // It launched again before the look: the look stops, back to the quantum's end.
+  now += o.idle_release_ns;
+  ASSERT_TRUE(sched.postpone_idle_check(now - 100 * kNsPerUs, 4 * kNsPerMs, now));
+  EXPECT_EQ(sched.next_deadline(), granted + o.quantum_ns);
+  EXPECT_EQ(sched.holder(), 1u);
+
+  // Quiet again and no launch since: revoked idle_release after its work ended.
+  now += 5 * kNsPerMs;
+  sched.set_activity(1, now - 5 * kNsPerMs, 0, now);
+  EXPECT_TRUE(sched.decide(now).empty());
+  now = sched.next_deadline();
+  EXPECT_FALSE(sched.postpone_idle_check(now - 7 * kNsPerMs, 0, now));
+  std::vector<Action> actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].kind, Action::Kind::kRevoke);
+  EXPECT_EQ(actions[0].slot, 1u);
+  EXPECT_LT(now, granted + o.quantum_ns);
+}
+
+// A holder that claims to report its quiet and never rings keeps the grant no longer than a
+// busy holder: its quantum's end revokes it. A capped pod's holder is looked at for
+// idleness whatever its shim claims (its ceiling counts held time, idle or not).
+TEST(Scheduler, ASilentQuietReporterKeepsTheGpuOnlyToItsQuantumsEnd) {
+  SchedulerOptions o;
+  o.quantum_ns = 30 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  Sim sim(o);
+  sim.add(1, 1);
+  sim.add(2, 2);
+  sim.busy(1);
+  sim.pass();
+  ASSERT_EQ(sim.sched.holder(), 1u);
+  sim.sched.set_reports_quiet(1, true);  // claimed, but the model never rings
+  sim.busy(2);
+  sim.run_for(5 * kNsPerMs);
+  const uint64_t quiet_at = sim.now;
+  sim.busy(1, false);  // stops launching; no ring, no pass: still "busy" as last read
+  sim.run_for(40 * kNsPerMs);
+  ASSERT_EQ(sim.sched.holder(), 2u);
+  ASSERT_EQ(sim.count(Action::Kind::kRevoke, 1), 1u);
+  EXPECT_LE(sim.log_ns[1], quiet_at - 5 * kNsPerMs + o.quantum_ns);
+
+  Scheduler sched(o);
+  uint64_t now = 1 * kNsPerSec;
+  common::Policy ceiling;
+  ceiling.max_share_ppm = common::kShareScale / 2;
+  sched.set_pod_policy(1, ceiling, now);
+  sched.add_tenant(1, 1, now);
+  sched.add_tenant(2, 2, now);
+  sched.set_reports_quiet(1, true);
+  sched.set_want(1, true, now);
+  sched.decide(now);
+  ASSERT_EQ(sched.holder(), 1u);
+  sched.set_want(2, true, now);
+  sched.set_activity(1, now, 3 * kNsPerMs, now);
+  sched.decide(now);
+  EXPECT_LE(sched.next_deadline(), now + 3 * kNsPerMs) << "a capped holder is looked at";
+}
+
+// Driven as the arbiter drives it, busy holders that report their quiet cost the arbiter no
+// looks: a contended GPU wakes it for quanta's ends, releases and rings only, with the
+// shares unchanged. One that goes quiet is revoked a ring and idle_release later, long
+// before its quantum's end.
+TEST(Scheduler, BusyHoldersThatReportTheirQuietCostNoLooks) {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  Sim sim(o);
+  sim.add(1, 1, weight(1));
+  sim.add(2, 2, weight(3));
+  sim.reports_quiet(1);
+  sim.reports_quiet(2);
+  sim.busy(1);
+  sim.busy(2);
+  sim.run_for(4 * kNsPerSec);
+  // The first grant's: no work of the holder had been read yet.
+  EXPECT_LE(sim.holder_looks, 1u);
+  EXPECT_NEAR(sim.share(1), 0.25, 0.02);
+  EXPECT_NEAR(sim.share(2), 0.75, 0.02);
+
+  SchedulerOptions l = o;
+  l.quantum_ns = 500 * kNsPerMs;
+  Sim slow(l);
+  slow.add(1, 1);
+  slow.add(2, 2);
+  slow.reports_quiet(1);
+  slow.busy(1);
+  slow.pass();
+  ASSERT_EQ(slow.sched.holder(), 1u);
+  slow.busy(2);
+  slow.run_for(50 * kNsPerMs);
+  const uint64_t quiet_at = slow.now;
+  slow.quiet(1);
+  slow.run_for(20 * kNsPerMs);
+  EXPECT_EQ(slow.sched.holder(), 2u);
+  EXPECT_EQ(slow.rings, 1u);
+  ASSERT_EQ(slow.count(Action::Kind::kRevoke, 1), 1u);
+  EXPECT_LE(slow.log_ns[1], quiet_at + 5 * kNsPerMs) << "revoked late after the ring";
+}
+
 // Driven as the arbiter drives it, most wake-ups of a contended GPU are looks at the holder,
 // and the shares are what full passes give.
 TEST(Scheduler, MostWakeUpsOfABusyGpuAreLooksAtTheHolder) {
