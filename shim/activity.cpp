@@ -243,22 +243,24 @@ uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now) {
   }
   if (now >= expires) {
     channel->inflight_ns.store(0, std::memory_order_relaxed);
+    binding->quiet_turn = route->slot->turn.load(std::memory_order_acquire);
     return watched ? kRetirePollMaxNs : 0;
   }
   return expires - now;
 }
 
-// The transition to quiet is what the arbiter cannot see without looking; a quiet that began
-// before others waited or before the grant is read by the pass that published them. Checked
-// at every poll, not only at the transition, so a quiet whose waiters were published just
-// after this thread read the count is rung about at the next poll.
+// Only a holder's work running out is rung about: the arbiter itself looks at a holder that
+// had nothing queued when it read it last (at the grant, say), so a turn that has not yet
+// been busy needs no ring. Checked at every poll, not only when the estimate is cleared,
+// so a quiet whose waiters were published just after this thread read the count is rung
+// about at the next poll.
 void ring_when_quiet(Binding* binding, const Route* route) {
   const uint32_t turn = route->slot->turn.load(std::memory_order_acquire);
   if (route->channel->inflight_ns.load(std::memory_order_relaxed) != 0 || !(turn & 1u)) {
     binding->quiet_rung_turn = 0;
     return;
   }
-  if (binding->quiet_rung_turn == turn ||
+  if (binding->quiet_turn != turn || binding->quiet_rung_turn == turn ||
       route->control->header.waiters.load(std::memory_order_relaxed) == 0)
     return;
   binding->quiet_rung_turn = turn;
@@ -272,6 +274,7 @@ void activity_reset_in_child() {
     binding.gap_average_ns.store(0);
     binding.busy_run.store(0);
     binding.tracking.store(0);
+    binding.quiet_turn = 0;
     binding.quiet_rung_turn = 0;
     // Events of the parent's contexts mean nothing here; the entries are reused afresh.
     for (TrackedLaunch& entry : binding.work.ring) {

@@ -130,7 +130,6 @@ bool gate_slow(Binding* binding, const Route* route) {
   const uint64_t begin = monotonic_ns();
   DTRACE_PROBE2(quanta, gate_wait_begin, route->gpu_index, route->slot_index);
   const uint32_t pid = g_process.pid.load(std::memory_order_relaxed);
-  bool rang = false;
   binding->gate_waiting.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     const Route* current = binding->route.load(std::memory_order_acquire);
@@ -161,13 +160,13 @@ bool gate_slow(Binding* binding, const Route* route) {
       mark_inside(binding);  // not ours now: ungated
       break;
     }
-    // Once per wait, and again only when a release cleared the want meanwhile (or the route
-    // changed): the arbiter reads every want at each pass and at every heartbeat, so a waiter
-    // costs it one look however long it waits.
-    if (!rang || route->channel->want.load(std::memory_order_relaxed) == 0) {
+    // Only a want the arbiter has not seen is rung about: one kept through the grant (a
+    // revoked holder back at its gate) is read with the release, and the arbiter reads
+    // every want at each pass and at every heartbeat, so a waiter costs it one look at most
+    // however long it waits. A release clears the want only while no launcher waits here.
+    if (route->channel->want.load(std::memory_order_relaxed) == 0) {
       route->channel->want.store(1, std::memory_order_seq_cst);
       ring_doorbell();
-      rang = true;
     }
     common::futex_wait(&route->slot->turn, turn, kGateWaitSliceNs);
   }

@@ -165,8 +165,9 @@ struct Binding {
   std::atomic<uint32_t> device_thread{0};  // 0 none, 1 started
   uint32_t handled_turn = 0;               // device thread only
   const Route* handled_route = nullptr;    // device thread only
-  // The held turn whose quiet (no queued work published) the device thread rang about; 0
-  // once work is queued again (device thread only; activity.cpp).
+  // Device thread only (activity.cpp): the turn in which it last cleared the queued-work
+  // estimate, and the held turn whose quiet it rang about (0 once work is queued again).
+  uint32_t quiet_turn = 0;
   uint32_t quiet_rung_turn = 0;
   std::atomic<bool> handled_valid{false};  // cleared by a re-attach
 };

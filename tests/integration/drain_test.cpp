@@ -73,10 +73,10 @@ bool admitted(World& world, const std::vector<pid_t>& pids) {
   });
 }
 
-// A launcher waiting at the gate publishes its want and rings once per wait (again only
-// if a release cleared its want): the arbiter reads every want at each pass and heartbeat.
-// Reminders from each of 64 waiters made the arbiter look at the GPU for nothing new; the
-// undrain's own pass grants the waiter without another ring.
+// A launcher waiting at the gate rings only when it publishes a want the arbiter has not
+// seen: the arbiter reads every want at each pass and heartbeat. Reminders once a second
+// from each of 64 waiters made the arbiter look at the GPU for nothing new; the undrain's
+// own pass grants the waiter without another ring.
 TEST(Drain, AWaiterAtADrainedGpuRingsOncePerWait) {
   World world(test_name(), ArbiterConfig{.quantum = "10ms", .pods = {{"a", 1, ""}}});
   world.start_arbiter();
