@@ -115,12 +115,17 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   const uint64_t looks = after.value("holder_looks", 0ull) - before.value("holder_looks", 0ull);
   const uint64_t passes = after.value("passes", 0ull) - before.value("passes", 0ull);
   const uint64_t switches = after.value("switches", 0ull) - before.value("switches", 0ull);
+  const uint64_t rang = after.value("doorbells", 0ull) - before.value("doorbells", 0ull);
   EXPECT_GE(switches, 2u) << "the tenants did not take turns";
   // A look or two per grant (the grant's pass read the quiet of the holder's last release);
   // looking every idle_release made about 100 here.
   EXPECT_LE(looks, 2 * switches + 10) << "in 1.5 s of contention: " << looks
                                       << " looks at the holder, " << passes << " full passes, "
                                       << switches << " switches";
+  // One ring per switch, the release's: the revoked holder back at its gate kept its want
+  // through the grant (two per switch when it rang that too).
+  EXPECT_LE(rang, switches + switches / 2 + 5)
+      << "in 1.5 s of contention: " << rang << " rings for " << switches << " switches";
   expect_clean_exit(a, "tenant a");
   expect_clean_exit(b, "tenant b");
 }
