@@ -14,6 +14,8 @@
 namespace quanta::shim {
 
 QUANTA_TLS LastHit t_last = {nullptr, nullptr, 0};
+std::atomic<Binding*> g_sole_binding{nullptr};
+std::atomic<bool> g_link_one_device{false};
 
 namespace {
 
@@ -111,6 +113,22 @@ Binding* lookup_context(CUcontext context) {
   return nullptr;
 }
 
+// Asked once: the devices a process sees are fixed once the driver is initialised (and it
+// is, where a context exists).
+std::atomic<uint32_t> g_device_count_asked{0};
+void note_sole_device(Binding* binding) {
+  if (g_device_count_asked.load(std::memory_order_acquire) != 0 ||
+      g_device_count_asked.exchange(1, std::memory_order_acq_rel) != 0)
+    return;
+  auto count = QUANTA_REAL(cuDeviceGetCount);
+  int devices = 0;
+  InLink guard;
+  if (count && count(&devices) == CUDA_SUCCESS && devices == 1) {
+    g_sole_binding.store(binding, std::memory_order_release);
+    g_link_one_device.store(true, std::memory_order_release);
+  }
+}
+
 }  // namespace
 
 Binding* binding_for_context_slow(CUcontext context, uint32_t epoch) {
@@ -123,6 +141,7 @@ Binding* binding_for_context_slow(CUcontext context, uint32_t epoch) {
   Binding* binding = lookup_context(context);
   if (!binding) binding = register_context(context);
   t_last = LastHit{context, binding, epoch};
+  if (binding) note_sole_device(binding);
   return binding;
 }
 
@@ -156,6 +175,9 @@ void contexts_reset_in_child() {
     entry.context.store(nullptr);
   }
   t_last = LastHit{nullptr, nullptr, 0};
+  g_sole_binding.store(nullptr);
+  g_link_one_device.store(false);
+  g_device_count_asked.store(0);
 }
 
 void link_forget_context(CUcontext context) {

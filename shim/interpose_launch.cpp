@@ -1,6 +1,7 @@
 // Gate wrappers: every launch API, and the memsets and device-to-device copies that run
 // as kernels, ask the arbiter link for the GPU before the real call and report after it.
-// Fast path: the link's couple of atomic loads plus one cuCtxGetCurrent.
+// Fast path: the link's couple of atomic loads, plus one cuCtxGetCurrent in a process that
+// sees several devices.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "shim/devices.h"
 #include "shim/held_memory.h"
@@ -13,12 +14,13 @@ using namespace quanta::shim;
 namespace {
 
 // One gated call: the context is read once and given to both halves of the gate, with the
-// stream the work goes to (the gate follows its completion while that matters).
+// stream the work goes to (the gate follows its completion while that matters). A process
+// that sees one device does not read it: its gate is that device's whatever the context.
 template <typename Real, typename... Args>
 inline CUresult gated_call(const char* name, Real real, CUstream stream, Args... args) noexcept {
   if (__builtin_expect(!real, 0)) return driver_entry_missing(name);
   if (shim_disabled()) return real(args...);
-  const CUcontext context = current_context();
+  const CUcontext context = link_one_device() ? nullptr : current_context();
   if (__builtin_expect(!link_gate_enter(context), 0)) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   const CUresult result = real(args...);
   link_gate_leave(context, result, stream);

@@ -65,6 +65,14 @@ LinkSettings link_settings();
 // not call link_gate_leave).
 bool link_gate_enter(CUcontext context);
 
+// True once a launch found that this process sees exactly one device (and the driver says
+// how many it sees only once): every context is then on that device, so launch wrappers
+// pass no context (nullptr: the current one) to the gate instead of asking the driver.
+extern std::atomic<bool> g_link_one_device;
+inline bool link_one_device() noexcept {
+  return g_link_one_device.load(std::memory_order_relaxed);
+}
+
 // Called after the real launch returned, with its result and the stream its work went to
 // (CU_STREAM_PER_THREAD for a per-thread-default-stream variant given no stream), so the
 // gate can account work in flight.

@@ -326,14 +326,22 @@ struct LastHit {
   uint32_t epoch;
 };
 extern QUANTA_TLS LastHit t_last;
+// The binding of the one device this process can see, once a launch found it (nullptr while
+// unknown, and in a process that sees several): every context of such a process is on that
+// device, so its launches need not read the current context to find their gate.
+extern std::atomic<Binding*> g_sole_binding;
 Binding* binding_for_context_slow(CUcontext context, uint32_t epoch);
 // Synchronises every context of this process on the device of `binding`.
 void drain_contexts(Binding* binding);
 void contexts_reset_in_child();
 
 // The binding a launch on `context` goes through: a couple of thread-local loads when the
-// same thread launches on the same context again.
+// same thread launches on the same context again. No context: the current one's, which in a
+// process that sees one device is that device's without asking the driver.
 inline Binding* binding_for_context(CUcontext context) {
+  if (context == nullptr) {
+    if (Binding* sole = g_sole_binding.load(std::memory_order_acquire)) return sole;
+  }
   const uint32_t epoch = g_process.epoch.load(std::memory_order_acquire);
   if (__builtin_expect(context != nullptr && t_last.context == context && t_last.epoch == epoch, 1))
     return t_last.binding;

@@ -131,6 +131,9 @@ LinkSettings link_settings() {
   return LinkSettings{options().count_managed, options().context_overhead_bytes};
 }
 
+// Wrappers keep passing the current context: the fake counts gate entries per context.
+std::atomic<bool> g_link_one_device{false};
+
 bool link_gate_enter(CUcontext context) {
   if (link_refuses_cuda()) return false;
   if (fake_ledger* file = ledger()) {

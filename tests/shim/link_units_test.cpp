@@ -1,9 +1,10 @@
 // Unit tests of the arbiter link's context table (shim/contexts.cpp), in-process over stubs
-// of the rooms it calls (session: every context binds to device 0's binding; devices; the
-// real driver is absent, so draining does nothing).
+// of the rooms it calls (session: every context binds to device 0's binding; devices; of the
+// real driver only the device count and the current context, so draining does nothing).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "shim/link_state.h"
 #include "shim/log.h"
@@ -24,7 +25,23 @@ bool context_device(CUcontext, CUdevice* device) noexcept {
   *device = 0;
   return true;
 }
-void* real_driver_symbol(const char*) noexcept {
+// The driver entries the table asks for itself: how many devices the process sees, and the
+// current context (counted, so a test can tell whether a lookup asked the driver).
+int g_devices_seen = 1;
+CUcontext g_current = nullptr;
+int g_current_asked = 0;
+CUresult fake_device_count(int* count) {
+  *count = g_devices_seen;
+  return CUDA_SUCCESS;
+}
+CUresult fake_current(CUcontext* context) {
+  ++g_current_asked;
+  *context = g_current;
+  return CUDA_SUCCESS;
+}
+void* real_driver_symbol(const char* name) noexcept {
+  if (std::string(name) == "cuDeviceGetCount") return reinterpret_cast<void*>(&fake_device_count);
+  if (std::string(name) == "cuCtxGetCurrent") return reinterpret_cast<void*>(&fake_current);
   return nullptr;
 }
 bool log_enabled(LogLevel) noexcept {
@@ -72,6 +89,40 @@ TEST(ContextTable, MoreLiveContextsThanEntriesRunUngatedWithoutCorruption) {
   EXPECT_EQ(lookup(fake_context(kMaxContexts)), nullptr);
   link_forget_context(fake_context(7));
   EXPECT_NE(lookup(fake_context(kMaxContexts)), nullptr) << "a freed entry is reused";
+}
+
+// A process that sees one device: once a launch found its binding, launches with no
+// context given (the current one) go through that binding without asking the driver, so a
+// launch wrapper need not read the current context at all.
+TEST(ContextTable, AProcessThatSeesOneDeviceFindsItsGateWithoutTheCurrentContext) {
+  contexts_reset_in_child();
+  g_devices_seen = 1;
+  EXPECT_FALSE(link_one_device()) << "known before any context was looked up";
+  g_current = fake_context(7);
+  ASSERT_EQ(lookup(fake_context(7)), &g_bindings[0]);
+  EXPECT_TRUE(link_one_device());
+  g_current_asked = 0;
+  for (int launch = 0; launch < 10; ++launch)
+    EXPECT_EQ(binding_for_context(nullptr), &g_bindings[0]);
+  EXPECT_EQ(g_current_asked, 0) << "the driver was asked for the current context";
+
+  // A forked child asks again.
+  contexts_reset_in_child();
+  EXPECT_FALSE(link_one_device());
+}
+
+// Several devices: a context's device decides the gate, so the current context is read.
+TEST(ContextTable, AProcessThatSeesSeveralDevicesReadsTheCurrentContext) {
+  contexts_reset_in_child();
+  g_devices_seen = 2;
+  g_current = fake_context(8);
+  ASSERT_EQ(lookup(fake_context(8)), &g_bindings[0]);
+  EXPECT_FALSE(link_one_device());
+  g_current_asked = 0;
+  EXPECT_EQ(binding_for_context(nullptr), &g_bindings[0]);
+  EXPECT_EQ(g_current_asked, 1);
+  g_devices_seen = 1;
+  contexts_reset_in_child();
 }
 
 }  // namespace
