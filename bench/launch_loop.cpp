@@ -2,7 +2,9 @@
 // in one process, so `quanta-bench launch-cost` can run it with and without libquanta.so
 // preloaded and report what the shim's fast path adds. Entry points are taken from the
 // global scope after loading libcuda.so.1, exactly as a program linked against it would
-// bind them (a preloaded library comes first). Prints one JSON object.
+// bind them (a preloaded library comes first). With --threads N, N threads launch at once,
+// each on a stream of its own, and each round is timed by the thread's own CPU clock (wall
+// time would count the time a thread waits for a core). Prints one JSON object.
 #include <dlfcn.h>
 #include <time.h>
 
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -76,9 +79,9 @@ void check(CUresult result, const char* call) {
   if (result != 0) throw Failure{std::string(call) + " failed: CUresult " + std::to_string(result)};
 }
 
-uint64_t now_ns() {
+uint64_t clock_ns(clockid_t clock) {
   timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -102,6 +105,9 @@ int main(int argc, char** argv) {
   app.add_option("--alloc-rounds", alloc_rounds, "timed rounds of allocation pairs")->check(CLI::Range(0, 100000));
   app.add_option("--bytes", bytes_text, "bytes per allocation");
   app.add_option("--allocs-per-round", allocs_per_round, "cuMemAlloc+cuMemFree pairs per round")->check(CLI::Range(1, 1000));
+  int threads = 1;
+  app.add_option("--threads", threads, "threads launching at once, each on its own stream (CPU time per launch)")
+      ->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   nlohmann::json report = {{"ok", false}};
@@ -130,42 +136,66 @@ int main(int argc, char** argv) {
     check(d.ModuleLoadData(&module, kSpinPtx), "cuModuleLoadData");
     CUfunction spin = nullptr;
     check(d.ModuleGetFunction(&spin, module, "quanta_spin"), "cuModuleGetFunction");
-    CUstream stream = nullptr;
-    check(d.StreamCreate(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
-
     unsigned long long duration_ns = 0;  // empty kernels: only the call is of interest
     void* parameters[] = {&duration_ns};
-    auto launch = [&] { check(d.LaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, parameters, nullptr), "cuLaunchKernel"); };
-
-    // Warm-up: the first launch takes the grant (slow path) and faults in code and data.
-    for (int i = 0; i < 20; ++i) {
-      for (int k = 0; k < per_round; ++k) launch();
-      check(d.StreamSynchronize(stream), "cuStreamSynchronize");
-    }
+    // One launching thread: its rounds, each timed by `clock`.
+    auto launcher = [&](clockid_t clock, std::vector<double>* launch_ns) {
+      check(d.CtxSetCurrent(context), "cuCtxSetCurrent");
+      CUstream stream = nullptr;
+      check(d.StreamCreate(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+      auto launch = [&] { check(d.LaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, parameters, nullptr), "cuLaunchKernel"); };
+      // Warm-up: the first launch takes the grant (slow path) and faults in code and data.
+      for (int i = 0; i < 20; ++i) {
+        for (int k = 0; k < per_round; ++k) launch();
+        check(d.StreamSynchronize(stream), "cuStreamSynchronize");
+      }
+      for (int round = 0; round < rounds; ++round) {
+        uint64_t t0 = clock_ns(clock);
+        for (int k = 0; k < per_round; ++k) launch();
+        uint64_t t1 = clock_ns(clock);
+        launch_ns->push_back(static_cast<double>(t1 - t0) / per_round);
+        check(d.StreamSynchronize(stream), "cuStreamSynchronize");
+      }
+    };
     std::vector<double> launch_ns;
-    for (int round = 0; round < rounds; ++round) {
-      uint64_t t0 = now_ns();
-      for (int k = 0; k < per_round; ++k) launch();
-      uint64_t t1 = now_ns();
-      launch_ns.push_back(static_cast<double>(t1 - t0) / per_round);
-      check(d.StreamSynchronize(stream), "cuStreamSynchronize");
+    if (threads == 1) {
+      launcher(CLOCK_MONOTONIC, &launch_ns);
+    } else {
+      std::vector<std::vector<double>> per_thread(static_cast<size_t>(threads));
+      std::vector<std::string> failures(static_cast<size_t>(threads));
+      std::vector<std::thread> pool;
+      for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+          try {
+            launcher(CLOCK_THREAD_CPUTIME_ID, &per_thread[static_cast<size_t>(t)]);
+          } catch (const Failure& failure) {
+            failures[static_cast<size_t>(t)] = failure.message;
+          }
+        });
+      }
+      for (std::thread& thread : pool) thread.join();
+      for (const std::string& failure : failures) {
+        if (!failure.empty()) throw Failure{failure};
+      }
+      for (const auto& of_thread : per_thread) launch_ns.insert(launch_ns.end(), of_thread.begin(), of_thread.end());
     }
 
     size_t bytes = std::stoull(bytes_text);
     std::vector<double> pair_ns;
     std::vector<CUdeviceptr> pointers(static_cast<size_t>(allocs_per_round));
     for (int round = -5; round < alloc_rounds; ++round) {
-      uint64_t t0 = now_ns();
+      uint64_t t0 = clock_ns(CLOCK_MONOTONIC);
       for (auto& pointer : pointers) {
         check(d.MemAlloc(&pointer, bytes), "cuMemAlloc");
         check(d.MemFree(pointer), "cuMemFree");
       }
-      uint64_t t1 = now_ns();
+      uint64_t t1 = clock_ns(CLOCK_MONOTONIC);
       if (round >= 0) pair_ns.push_back(static_cast<double>(t1 - t0) / allocs_per_round);
     }
 
     report["ok"] = true;
-    report["launches"] = static_cast<int64_t>(rounds) * per_round;
+    report["threads"] = threads;
+    report["launches"] = static_cast<int64_t>(rounds) * per_round * threads;
     report["launch_ns"] = median(launch_ns);
     report["launch_ns_min_round"] = launch_ns.empty() ? 0.0 : *std::min_element(launch_ns.begin(), launch_ns.end());
     report["alloc_free_pairs"] = static_cast<int64_t>(alloc_rounds) * allocs_per_round;
