@@ -11,9 +11,9 @@ namespace quanta::arbiter {
 struct TenantMessage {
   enum class Kind { kHello, kAttach };
   Kind kind = Kind::kHello;
-  std::string claimed_pod;  // Hello: QUANTA_POD of a host process ("" when none)
-  std::string uuid;         // Attach: the device's UUID
-  bool observe = false;     // Attach: memory views only (kAttachObserve), never a slot
+  std::string claimed_pod;     // Hello: QUANTA_POD of a host process ("" when none)
+  std::string uuid;            // Attach: the device's UUID
+  bool observe = false;        // Attach: memory views only (kAttachObserve), never a slot
   bool reports_quiet = false;  // Attach: kAttachReportsQuiet
 };
 

@@ -119,9 +119,9 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   EXPECT_GE(switches, 2u) << "the tenants did not take turns";
   // A look or two per grant (the grant's pass read the quiet of the holder's last release);
   // looking every idle_release made about 100 here.
-  EXPECT_LE(looks, 2 * switches + 10) << "in 1.5 s of contention: " << looks
-                                      << " looks at the holder, " << passes << " full passes, "
-                                      << switches << " switches";
+  EXPECT_LE(looks, 2 * switches + 10)
+      << "in 1.5 s of contention: " << looks << " looks at the holder, " << passes
+      << " full passes, " << switches << " switches";
   // One ring per switch, the release's: the revoked holder back at its gate kept its want
   // through the grant (two per switch when it rang that too).
   EXPECT_LE(rang, switches + switches / 2 + 5)
