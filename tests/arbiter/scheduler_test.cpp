@@ -34,6 +34,46 @@ common::Policy guaranteed(double min_share, uint32_t w = 1, Priority pr = Priori
   return p;
 }
 
+// The idle-check tests' options: 50 ms quanta, a 1 ms minimum hold, 2 ms idle_release.
+SchedulerOptions idle_check_options() {
+  SchedulerOptions o;
+  o.quantum_ns = 50 * kNsPerMs;
+  o.quantum_min_ns = 1 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  return o;
+}
+
+// Tenants 1 and 2 (pods 1 and 2) arrive; tenant 1, whose shim reports its quiet or not,
+// asks and is granted.
+void grant_the_first_of_two(Scheduler& sched, uint64_t now, bool reports_quiet) {
+  sched.add_tenant(1, 1, now);
+  sched.add_tenant(2, 2, now);
+  sched.set_reports_quiet(1, reports_quiet);
+  sched.set_want(1, true, now);
+  sched.decide(now);
+}
+
+// The contention tests' options: 20 ms quanta, 2 ms idle_release.
+SchedulerOptions contention_options() {
+  SchedulerOptions o;
+  o.quantum_ns = 20 * kNsPerMs;
+  o.idle_release_ns = 2 * kNsPerMs;
+  return o;
+}
+
+// Two busy tenants of weights 1 and 3, whose shims report their quiet or not, for 4 s.
+void contend_one_to_three(Sim& sim, bool reports_quiet) {
+  sim.add(1, 1, weight(1));
+  sim.add(2, 2, weight(3));
+  if (reports_quiet) {
+    sim.reports_quiet(1);
+    sim.reports_quiet(2);
+  }
+  sim.busy(1);
+  sim.busy(2);
+  sim.run_for(4 * kNsPerSec);
+}
+
 TEST(Scheduler, WeightedSharesConvergeToOneTwoFour) {
   Sim sim;
   sim.add(1, 1, weight(1));
@@ -83,16 +123,10 @@ TEST(Scheduler, IdleHolderIsRevokedEarlyWhenOthersWait) {
 // went idle. A busy holder's fresh hints move that look without a decision; a stale one, or
 // another deadline falling due (its quantum's end), leaves the decision to decide().
 TEST(Scheduler, ABusyHoldersIdleCheckMovesWithoutADecision) {
-  SchedulerOptions o;
-  o.quantum_ns = 50 * kNsPerMs;
-  o.quantum_min_ns = 1 * kNsPerMs;
-  o.idle_release_ns = 2 * kNsPerMs;
+  const SchedulerOptions o = idle_check_options();
   Scheduler sched(o);
   uint64_t now = 1 * kNsPerSec;
-  sched.add_tenant(1, 1, now);
-  sched.add_tenant(2, 2, now);
-  sched.set_want(1, true, now);
-  sched.decide(now);
+  grant_the_first_of_two(sched, now, false);
   ASSERT_EQ(sched.holder(), 1u);
   EXPECT_FALSE(sched.postpone_idle_check(now, 0, now + o.idle_release_ns))
       << "nobody waits: there is no idle check to move";
@@ -141,17 +175,10 @@ TEST(Scheduler, ABusyHoldersIdleCheckMovesWithoutADecision) {
 // runs out, brings a pass that sees no queued work; from then on the look runs as for any
 // holder, and idle_release after its work ended it is revoked for the waiter.
 TEST(Scheduler, AHolderThatReportsItsQuietIsLookedAtOnlyOnceItsWorkRanOut) {
-  SchedulerOptions o;
-  o.quantum_ns = 50 * kNsPerMs;
-  o.quantum_min_ns = 1 * kNsPerMs;
-  o.idle_release_ns = 2 * kNsPerMs;
+  const SchedulerOptions o = idle_check_options();
   Scheduler sched(o);
   uint64_t now = 1 * kNsPerSec;
-  sched.add_tenant(1, 1, now);
-  sched.add_tenant(2, 2, now);
-  sched.set_reports_quiet(1, true);
-  sched.set_want(1, true, now);
-  sched.decide(now);
+  grant_the_first_of_two(sched, now, true);
   ASSERT_EQ(sched.holder(), 1u);
   const uint64_t granted = now;
   sched.set_want(2, true, now);
@@ -228,17 +255,9 @@ TEST(Scheduler, ASilentQuietReporterKeepsTheGpuOnlyToItsQuantumsEnd) {
 // shares unchanged. One that goes quiet is revoked a ring and idle_release later, long
 // before its quantum's end.
 TEST(Scheduler, BusyHoldersThatReportTheirQuietCostNoLooks) {
-  SchedulerOptions o;
-  o.quantum_ns = 20 * kNsPerMs;
-  o.idle_release_ns = 2 * kNsPerMs;
+  const SchedulerOptions o = contention_options();
   Sim sim(o);
-  sim.add(1, 1, weight(1));
-  sim.add(2, 2, weight(3));
-  sim.reports_quiet(1);
-  sim.reports_quiet(2);
-  sim.busy(1);
-  sim.busy(2);
-  sim.run_for(4 * kNsPerSec);
+  contend_one_to_three(sim, true);
   // The first grant's: no work of the holder had been read yet.
   EXPECT_LE(sim.holder_looks, 1u);
   EXPECT_NEAR(sim.share(1), 0.25, 0.02);
@@ -267,15 +286,8 @@ TEST(Scheduler, BusyHoldersThatReportTheirQuietCostNoLooks) {
 // Driven as the arbiter drives it, most wake-ups of a contended GPU are looks at the holder,
 // and the shares are what full passes give.
 TEST(Scheduler, MostWakeUpsOfABusyGpuAreLooksAtTheHolder) {
-  SchedulerOptions o;
-  o.quantum_ns = 20 * kNsPerMs;
-  o.idle_release_ns = 2 * kNsPerMs;
-  Sim sim(o);
-  sim.add(1, 1, weight(1));
-  sim.add(2, 2, weight(3));
-  sim.busy(1);
-  sim.busy(2);
-  sim.run_for(4 * kNsPerSec);
+  Sim sim(contention_options());
+  contend_one_to_three(sim, false);
   const size_t grants = sim.count(Action::Kind::kGrant, 1) + sim.count(Action::Kind::kGrant, 2);
   EXPECT_GT(sim.holder_looks, 4 * grants) << grants << " grants";
   EXPECT_NEAR(sim.share(1), 0.25, 0.02);
