@@ -247,9 +247,15 @@ TEST(BpfSession, FindsEverythingItselfAttachesEveryProbeAndCountsTheArbitersSwit
   EXPECT_GT(switches, 20u) << "two busy tenants with 5 ms quanta switch often";
   EXPECT_EQ(gpu["grants"], grants);
   EXPECT_EQ(gpu["switches"], switches);
-  EXPECT_EQ(gpu["switches_complete"], switches);
-  EXPECT_EQ(gpu["handoff"]["count"], switches);
   EXPECT_EQ(gpu["arbiter_counted"]["switches"], switches);
+  // A switch is complete at the new holder's first gate exit after the grant. A grant that
+  // reaches a tenant between two launches (its want kept through a release while its work
+  // was still queued, see below) has none: its next launch passes without waiting. On a
+  // loaded machine two to six of 200 did, in five of fourteen runs.
+  const uint64_t complete = gpu["switches_complete"].get<uint64_t>();
+  EXPECT_LE(complete, switches);
+  EXPECT_GE(complete, switches - switches / 20) << "most switches end at a gate exit";
+  EXPECT_EQ(gpu["handoff"]["count"], complete);
   // Nearly every grant answers a blocked launch. Not every one: the shim keeps wanting the GPU
   // through a release while work is still queued, so a grant can reach a tenant between two
   // launches, and its next launch then passes without waiting.
