@@ -56,8 +56,8 @@ Json run_launch_cost(const Bench& bench) {
   Json out = {{"scenario", "launch-cost"},
               {"workload", {{"launches_per_run", rounds * 100}, {"alloc_free_pairs_per_run", rounds / 2 * 20},
                             {"alloc_bytes", 1 << 20}, {"runs_each", repeats}, {"kernel", "empty spin kernel"},
-              {"threaded_runs", std::to_string(kThreads) + " threads of one process, " +
-                                    std::to_string(rounds * 100) + " launches each"}}}};
+                            {"threaded_runs", std::to_string(kThreads) + " threads of one process, " +
+                                                  std::to_string(rounds * 100) + " launches each"}}}};
   Json direct = {{"launch_ns", nullptr}, {"alloc_free_ns", nullptr}};
   Json quanta = {{"launch_ns", nullptr}, {"alloc_free_ns", nullptr}};
   std::string missing_direct = bench.missing_for_tenants();
@@ -65,30 +65,22 @@ Json run_launch_cost(const Bench& bench) {
   std::string missing_quanta = missing_direct.empty() ? bench.missing_for_quanta() : missing_direct;
   std::vector<double> direct_launch, direct_alloc, quanta_launch, quanta_alloc;
   std::vector<double> direct_threaded, quanta_threaded;
+  // One run of the loop, its figures kept and its first error noted on `side`.
+  auto measure = [&](bool with_quanta, int threads, int repeat, std::vector<double>& launch,
+                     std::vector<double>* alloc) {
+    Json& side = with_quanta ? quanta : direct;
+    if (!(with_quanta ? missing_quanta : missing_direct).empty()) return;
+    LoopResult r = run_loop(bench, with_quanta, rounds, threads);
+    if (r.launch_ns) launch.push_back(*r.launch_ns);
+    if (alloc && r.alloc_free_ns) alloc->push_back(*r.alloc_free_ns);
+    if (!r.error.empty() && repeat == 0) add_note(side, r.error);
+  };
   for (int i = 0; i < repeats; ++i) {
-    if (missing_direct.empty()) {
-      LoopResult r = run_loop(bench, false, rounds, 1);
-      if (r.launch_ns) direct_launch.push_back(*r.launch_ns);
-      if (r.alloc_free_ns) direct_alloc.push_back(*r.alloc_free_ns);
-      if (!r.error.empty() && i == 0) add_note(direct, r.error);
-    }
-    if (missing_quanta.empty()) {
-      LoopResult r = run_loop(bench, true, rounds, 1);
-      if (r.launch_ns) quanta_launch.push_back(*r.launch_ns);
-      if (r.alloc_free_ns) quanta_alloc.push_back(*r.alloc_free_ns);
-      if (!r.error.empty() && i == 0) add_note(quanta, r.error);
-    }
+    measure(false, 1, i, direct_launch, &direct_alloc);
+    measure(true, 1, i, quanta_launch, &quanta_alloc);
     // Eight threads of one process launching at once, each on its own stream.
-    if (missing_direct.empty()) {
-      LoopResult r = run_loop(bench, false, rounds, kThreads);
-      if (r.launch_ns) direct_threaded.push_back(*r.launch_ns);
-      if (!r.error.empty() && i == 0) add_note(direct, r.error);
-    }
-    if (missing_quanta.empty()) {
-      LoopResult r = run_loop(bench, true, rounds, kThreads);
-      if (r.launch_ns) quanta_threaded.push_back(*r.launch_ns);
-      if (!r.error.empty() && i == 0) add_note(quanta, r.error);
-    }
+    measure(false, kThreads, i, direct_threaded, nullptr);
+    measure(true, kThreads, i, quanta_threaded, nullptr);
   }
   add_note(direct, missing_direct);
   add_note(quanta, missing_quanta);

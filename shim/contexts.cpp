@@ -15,7 +15,6 @@ namespace quanta::shim {
 
 QUANTA_TLS LastHit t_last = {nullptr, nullptr, 0};
 std::atomic<Binding*> g_sole_binding{nullptr};
-std::atomic<bool> g_link_one_device{false};
 
 namespace {
 
@@ -123,10 +122,8 @@ void note_sole_device(Binding* binding) {
   auto count = QUANTA_REAL(cuDeviceGetCount);
   int devices = 0;
   InLink guard;
-  if (count && count(&devices) == CUDA_SUCCESS && devices == 1) {
+  if (count && count(&devices) == CUDA_SUCCESS && devices == 1)
     g_sole_binding.store(binding, std::memory_order_release);
-    g_link_one_device.store(true, std::memory_order_release);
-  }
 }
 
 }  // namespace
@@ -176,7 +173,6 @@ void contexts_reset_in_child() {
   }
   t_last = LastHit{nullptr, nullptr, 0};
   g_sole_binding.store(nullptr);
-  g_link_one_device.store(false);
   g_device_count_asked.store(0);
 }
 

@@ -65,12 +65,14 @@ LinkSettings link_settings();
 // not call link_gate_leave).
 bool link_gate_enter(CUcontext context);
 
-// True once a launch found that this process sees exactly one device (and the driver says
-// how many it sees only once): every context is then on that device, so launch wrappers
-// pass no context (nullptr: the current one) to the gate instead of asking the driver.
-extern std::atomic<bool> g_link_one_device;
+// The binding of the one device this process can see, once a launch found it (nullptr while
+// unknown, and in a process that sees several; the driver is asked how many it sees only
+// once). Every context is then on that device, so launch wrappers pass no context (nullptr:
+// the current one) to the gate instead of asking the driver.
+struct Binding;
+extern std::atomic<Binding*> g_sole_binding;
 inline bool link_one_device() noexcept {
-  return g_link_one_device.load(std::memory_order_relaxed);
+  return g_sole_binding.load(std::memory_order_relaxed) != nullptr;
 }
 
 // Called after the real launch returned, with its result and the stream its work went to

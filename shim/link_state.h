@@ -326,10 +326,6 @@ struct LastHit {
   uint32_t epoch;
 };
 extern QUANTA_TLS LastHit t_last;
-// The binding of the one device this process can see, once a launch found it (nullptr while
-// unknown, and in a process that sees several): every context of such a process is on that
-// device, so its launches need not read the current context to find their gate.
-extern std::atomic<Binding*> g_sole_binding;
 Binding* binding_for_context_slow(CUcontext context, uint32_t epoch);
 // Synchronises every context of this process on the device of `binding`.
 void drain_contexts(Binding* binding);

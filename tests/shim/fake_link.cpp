@@ -132,7 +132,7 @@ LinkSettings link_settings() {
 }
 
 // Wrappers keep passing the current context: the fake counts gate entries per context.
-std::atomic<bool> g_link_one_device{false};
+std::atomic<Binding*> g_sole_binding{nullptr};
 
 bool link_gate_enter(CUcontext context) {
   if (link_refuses_cuda()) return false;
