@@ -51,7 +51,7 @@ LoopResult run_loop(const Bench& bench, bool quanta, int rounds, int threads) {
 constexpr int kThreads = 8;
 
 Json run_launch_cost(const Bench& bench) {
-  int repeats = bench.quick() ? 1 : 3;
+  int repeats = bench.quick() ? 1 : 7;
   int rounds = bench.quick() ? 30 : 300;
   Json out = {{"scenario", "launch-cost"},
               {"workload", {{"launches_per_run", rounds * 100}, {"alloc_free_pairs_per_run", rounds / 2 * 20},

@@ -158,7 +158,7 @@ void track_launch(Binding* binding, CUcontext context, CUstream stream) {
 
 // Launches counted here and added to GateChannel::launches in batches (at each activity
 // stamp, every kLaunchFlushBatch launches and when the thread ends).
-QUANTA_TLS uint32_t t_pending_launches[kMaxGpus] = {};
+QUANTA_TLS constinit uint32_t t_pending_launches[kMaxGpus] = {};
 uint64_t g_coarse_tick_ns = 4 * kNsPerMs;
 
 void publish_pending_launches(uint32_t index) {

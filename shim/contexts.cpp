@@ -13,7 +13,7 @@
 
 namespace quanta::shim {
 
-QUANTA_TLS LastHit t_last = {nullptr, nullptr, 0};
+QUANTA_TLS constinit LastHit t_last = {nullptr, nullptr, 0};
 std::atomic<Binding*> g_sole_binding{nullptr};
 
 namespace {

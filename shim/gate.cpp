@@ -12,7 +12,7 @@
 
 namespace quanta::shim {
 
-QUANTA_TLS bool t_in_link = false;
+QUANTA_TLS constinit bool t_in_link = false;
 
 namespace {
 
@@ -311,6 +311,36 @@ GateTry enter(CUcontext context, bool may_wait) {
 }
 
 }  // namespace
+
+std::atomic<uint8_t>* link_gate_enter_sole(Binding* sole) noexcept {
+  ThreadGate* gate = t_gate;
+  const Route* route = sole->route.load(std::memory_order_acquire);
+  if (__builtin_expect(gate == nullptr || route == nullptr || t_in_link ||
+                           g_asymmetric.load(std::memory_order_relaxed) == 0,
+                       0))
+    return nullptr;
+  std::atomic<uint8_t>& mark = gate->inside[binding_index(sole)];
+  const uint8_t outside = mark.load(std::memory_order_relaxed);
+  mark.store(static_cast<uint8_t>(outside + 1), std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the turn read after it
+  const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
+  // enter() turns tracking off again once nobody waits and no limit binds.
+  if (__builtin_expect((turn & 1u) == 0 ||
+                           route->control->header.waiters.load(std::memory_order_relaxed) != 0 ||
+                           binding_limit(route) != 0 ||
+                           sole->tracking.load(std::memory_order_relaxed) != 0,
+                       0)) {
+    mark.store(outside, std::memory_order_release);
+    return nullptr;
+  }
+  return &mark;
+}
+
+void link_gate_leave_sole(Binding* sole, std::atomic<uint8_t>* mark) noexcept {
+  mark->store(static_cast<uint8_t>(mark->load(std::memory_order_relaxed) - 1),
+              std::memory_order_release);
+  if (const Route* route = sole->route.load(std::memory_order_acquire)) note_launch(sole, route);
+}
 
 bool link_gate_enter(CUcontext context) {
   return enter(context, true) != GateTry::kRefused;

@@ -1,7 +1,8 @@
 // Gate wrappers: every launch API, and the memsets and device-to-device copies that run
 // as kernels, ask the arbiter link for the GPU before the real call and report after it.
-// Fast path: the link's couple of atomic loads, plus one cuCtxGetCurrent in a process that
-// sees several devices.
+// Fast path, in a process that sees one device: a few loads and two stores to this
+// thread's own line (link_gate_enter_sole). Otherwise the link's gate, after one
+// cuCtxGetCurrent where the process sees several devices.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include "shim/devices.h"
 #include "shim/held_memory.h"
@@ -16,11 +17,21 @@ namespace {
 // One gated call: the context is read once and given to both halves of the gate, with the
 // stream the work goes to (the gate follows its completion while that matters). A process
 // that sees one device does not read it: its gate is that device's whatever the context.
+// g_sole_binding is set only by a gate lookup, which a disabled shim never makes.
 template <typename Real, typename... Args>
 inline CUresult gated_call(const char* name, Real real, CUstream stream, Args... args) noexcept {
   if (__builtin_expect(!real, 0)) return driver_entry_missing(name);
-  if (shim_disabled()) return real(args...);
-  const CUcontext context = link_one_device() ? nullptr : current_context();
+  Binding* sole = g_sole_binding.load(std::memory_order_acquire);
+  if (__builtin_expect(sole != nullptr, 1)) {
+    if (std::atomic<uint8_t>* mark = link_gate_enter_sole(sole)) {
+      const CUresult result = real(args...);
+      link_gate_leave_sole(sole, mark);
+      return result;
+    }
+  } else if (shim_disabled()) {
+    return real(args...);
+  }
+  const CUcontext context = sole != nullptr ? nullptr : current_context();
   if (__builtin_expect(!link_gate_enter(context), 0)) return CUDA_ERROR_DEVICE_UNAVAILABLE;
   const CUresult result = real(args...);
   link_gate_leave(context, result, stream);

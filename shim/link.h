@@ -75,6 +75,16 @@ inline bool link_one_device() noexcept {
   return g_sole_binding.load(std::memory_order_relaxed) != nullptr;
 }
 
+// The gate's fast path on that one device: this thread has a gate record of its own, the
+// process holds the grant, nobody waits and no in-flight limit binds, so the launch needs
+// only this thread's mark (no completion event). Returns the mark, to hand to
+// link_gate_leave_sole after the real call; nullptr (nothing marked) when the launch must
+// go through link_gate_enter instead.
+std::atomic<uint8_t>* link_gate_enter_sole(Binding* sole) noexcept;
+// Leaves the gate, then counts the launch, so a revoke waiting for launchers inside never
+// waits for the counting.
+void link_gate_leave_sole(Binding* sole, std::atomic<uint8_t>* mark) noexcept;
+
 // Called after the real launch returned, with its result and the stream its work went to
 // (CU_STREAM_PER_THREAD for a per-thread-default-stream variant given no stream), so the
 // gate can account work in flight.

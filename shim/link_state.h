@@ -221,8 +221,8 @@ extern Binding g_bindings[kMaxGpus];
 
 // Per thread: the re-entrancy guard (a driver call made by the link itself must never come
 // back into the gate) and the launch counts not yet published (activity.cpp).
-extern QUANTA_TLS bool t_in_link;
-extern QUANTA_TLS uint32_t t_pending_launches[kMaxGpus];
+extern QUANTA_TLS constinit bool t_in_link;
+extern QUANTA_TLS constinit uint32_t t_pending_launches[kMaxGpus];
 
 struct InLink {
   bool previous;
@@ -325,7 +325,7 @@ struct LastHit {
   Binding* binding;
   uint32_t epoch;
 };
-extern QUANTA_TLS LastHit t_last;
+extern QUANTA_TLS constinit LastHit t_last;
 Binding* binding_for_context_slow(CUcontext context, uint32_t epoch);
 // Synchronises every context of this process on the device of `binding`.
 void drain_contexts(Binding* binding);

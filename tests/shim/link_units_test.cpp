@@ -13,7 +13,7 @@ namespace quanta::shim {
 
 Process g_process;
 Binding g_bindings[kMaxGpus];
-QUANTA_TLS bool t_in_link = false;
+QUANTA_TLS constinit bool t_in_link = false;
 
 bool ensure_linked() {
   return true;
