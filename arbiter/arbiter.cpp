@@ -126,13 +126,13 @@ Arbiter::Arbiter(NodeConfig config)
                                             config_.tenant_socket, limits, peer_pidfd);
   admin_ = std::make_unique<AdminServer>(loop_, *this, reaper_, config_.admin_socket);
 
-  for (auto& gpu : gpus_) {
-    Gpu* g = gpu.get();
-    loop_.add(g->timer.fd(), [g](uint32_t) {
-      g->timer.acknowledge();
-      g->timer_due = true;
-    });
-  }
+  loop_.set_next_deadline([this] {
+    uint64_t earliest = 0;
+    for (const auto& gpu : gpus_) {
+      if (gpu->deadline != 0 && (earliest == 0 || gpu->deadline < earliest)) earliest = gpu->deadline;
+    }
+    return earliest;
+  });
   loop_.add(heartbeat_timer_.fd(), [this](uint32_t) {
     heartbeat_timer_.acknowledge();
     heartbeat();
@@ -606,9 +606,10 @@ bool released_turn(const common::ControlRegion& region, SlotId slot,
 }  // namespace
 
 void Arbiter::after_events() {
+  const uint64_t now = monotonic_ns();
   for (auto& gpu : gpus_) {
-    const bool due = gpu->timer_due;
-    gpu->timer_due = false;
+    const bool due = gpu->deadline != 0 && gpu->deadline <= now;
+    if (due) gpu->deadline = 0;
     if (gpu->dirty || (due && !look_at_holder(*gpu))) sync_and_decide(*gpu);
   }
 }
@@ -630,7 +631,7 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
                                       ch.inflight_ns.load(std::memory_order_relaxed), now))
     return false;
   ++gpu.holder_looks;
-  gpu.timer.arm_at(gpu.sched->next_deadline());
+  gpu.deadline = gpu.sched->next_deadline();
   return true;
 }
 
@@ -682,7 +683,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
     gpu.waiters_visible_ns = monotonic_ns();
   }
   gpu.accounting.settle(sched, now);
-  gpu.timer.arm_at(sched.next_deadline());
+  gpu.deadline = sched.next_deadline();
 }
 
 void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {

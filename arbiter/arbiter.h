@@ -1,4 +1,4 @@
-// The arbiter daemon's core: the GPUs (control region, scheduler and timer each), the pods
+// The arbiter daemon's core: the GPUs (control region, scheduler and deadline each), the pods
 // and their regions, the admitted processes (pidfd each), start-up with the re-adoption of
 // a previous arbiter's regions, the heartbeat, turning scheduler actions into turns, death
 // handling, and reconciliation with NVML's per-process view. The tenant and admin sockets
@@ -47,10 +47,11 @@ struct Gpu {
   std::string uuid;
   ControlRegionMap region;
   std::unique_ptr<Scheduler> sched;
-  Timer timer;
+  // The scheduler's next deadline (CLOCK_MONOTONIC ns; 0: none): the event loop's wait ends
+  // there, and after_events sees it fall due.
+  uint64_t deadline = 0;
   std::map<SlotId, pid_t> slot_pids;  // admitted slots on this GPU
   bool dirty = true;                  // needs a sync from shared memory and a decision
-  bool timer_due = false;             // its deadline fell due (a look at the holder may do)
   // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
   uint64_t waiters_visible_ns = 0;
   // NVML's view at the last poll (exported by status and metrics).

@@ -1,5 +1,6 @@
 // The arbiter's single-threaded event loop: epoll over sockets, doorbells, pidfds and
-// timerfds, each registered with the callback that handles it. Also a small owning fd.
+// timerfds, each registered with the callback that handles it, and waits that end at the
+// earliest deadline the arbiter keeps. Also a small owning fd.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,8 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+
+struct epoll_event;
 
 namespace quanta::arbiter {
 
@@ -52,15 +55,22 @@ class EventLoop {
   bool stopping() const { return stopping_; }
   // Runs after every batch of events (the arbiter makes its decisions there).
   void set_after_events(std::function<void()> f) { after_events_ = std::move(f); }
+  // Asked before every wait: the earliest CLOCK_MONOTONIC deadline (ns; 0: none) to wake
+  // for. The wait itself times out there, so deadlines that move at every decision (the
+  // schedulers') cost no timer syscall; after_events sees which fell due.
+  void set_next_deadline(std::function<uint64_t()> f) { next_deadline_ = std::move(f); }
 
  private:
   template <typename F>
   void guarded(F&& f);
+  int wait(::epoll_event* events, int capacity, uint64_t deadline);
 
   UniqueFd epoll_;
   std::map<int, std::shared_ptr<Handler>> handlers_;
   std::function<void()> after_events_;
+  std::function<uint64_t()> next_deadline_;
   bool stopping_ = false;
+  bool precise_wait_ = true;  // epoll_pwait2 works (Linux 5.11+); else millisecond waits
 };
 
 // A CLOCK_MONOTONIC timerfd armed at absolute deadlines (0 disarms).

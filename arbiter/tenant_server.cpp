@@ -314,7 +314,11 @@ void TenantServer::handle_hello(Connection& conn, const std::string& claimed_pod
                   common::RefusedAction::kRunOpen);
   }
   conn.doorbell.reset(doorbell);
-  loop_.add(doorbell, [this, fd](uint32_t) { on_doorbell(fd); });
+  // Edge-triggered: every ring (an eventfd write) is an event of its own, so the count is
+  // never read back, a system call saved per ring. Only the tenant itself could fill it
+  // (2^64 - 2 rings), and then only its own rings would stop reaching the arbiter, which
+  // still reads its wants at every pass and heartbeat.
+  loop_.add(doorbell, [this, fd](uint32_t) { on_doorbell(fd); }, EPOLLIN | EPOLLET);
   conn.welcomed = true;
   if (pending_.erase(fd) != 0) {
     if (--pending_by_cgroup_[conn.cgroup] == 0) pending_by_cgroup_.erase(conn.cgroup);
@@ -358,9 +362,6 @@ void TenantServer::handle_attach(Connection& conn, const TenantMessage& request)
 void TenantServer::on_doorbell(int fd) {
   auto it = connections_.find(fd);
   if (it == connections_.end()) return;
-  uint64_t count = 0;
-  ssize_t r = ::read(it->second.doorbell.get(), &count, sizeof(count));
-  (void)r;
   api_.rang(it->second.peer.pid);
 }
 
