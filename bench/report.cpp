@@ -160,6 +160,8 @@ void notes(std::ostream& md, const Json& scenario, const std::vector<std::string
 }
 
 std::string verdict(const Json& target) {
+  if (target.contains("inconclusive") && target["inconclusive"].is_string())
+    return "inconclusive: " + target["inconclusive"].get<std::string>();
   if (target["met"].is_null()) return "not measured";
   return target["met"].get<bool>() ? "met" : "**missed**";
 }

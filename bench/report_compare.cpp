@@ -72,6 +72,7 @@ bool at_most(const Json& target) {
 }
 
 std::string verdict(const Json& target) {
+  if (target.is_object() && target.contains("inconclusive")) return "inconclusive";
   if (!target.is_object() || !target.contains("met") || !target["met"].is_boolean())
     return "not measured";
   return target["met"].get<bool>() ? "met" : "missed";

@@ -96,6 +96,24 @@ TEST(BenchCompare, TargetThatFellUnderItsCeilingMovedTowardsIt) {
   EXPECT_FALSE(p99["worse"].get<bool>());
 }
 
+// A target whose baseline alone varies by more than its limit (launch-cost's 8 threads on
+// simgpu) carries no verdict: neither met nor missed, and so never "newly missed".
+TEST(BenchCompare, AnInconclusiveTargetIsNeitherMetNorMissed) {
+  Json before = previous_run();
+  Json now = current_run();
+  Json inconclusive = target(-46.2, 25.0, "<=");
+  inconclusive["met"] = nullptr;
+  inconclusive["inconclusive"] = "the direct runs alone spread over 866 ns, more than the limit";
+  before["launch-cost"] = {{"scenario", "launch-cost"}, {"targets", {{"added_launch_ns_8_threads", target(40.0, 25.0, "<=")}}}};
+  now["launch-cost"] = {{"scenario", "launch-cost"}, {"targets", {{"added_launch_ns_8_threads", inconclusive}}}};
+  std::vector<std::string> order = kOrder;
+  order.push_back("launch-cost");
+  Json changes = compare_runs(before, now, order, 10);
+  const Json& threaded = row(changes, "launch-cost", "targets.added_launch_ns_8_threads");
+  EXPECT_EQ(threaded["verdict_before"], "missed");
+  EXPECT_EQ(threaded["verdict_now"], "inconclusive");
+}
+
 TEST(BenchCompare, TargetThatFellBelowItsFloorMovedAwayAndIsCalledWorse) {
   Json changes = compare_runs(previous_run(), current_run(), kOrder, 10);
   const Json& throughput = row(changes, "overhead", "targets.throughput");
