@@ -285,11 +285,13 @@ int main(int argc, char** argv) {
   if (!json_out.empty()) std::ofstream(json_out) << all.dump(2) << "\n";
 
   std::ostringstream md;
+  // The run's own file (latest.json unless scripts/bench.sh was given --results).
+  const std::string results_file = std::filesystem::path(from.empty() ? json_out : from).filename().string();
   md << "# Quanta benchmark results\n\n"
-     << "Written by `scripts/bench.sh` from `bench/results/latest.json`; every figure was measured "
-        "beside its "
-        "native baseline in the same run. How each figure is measured: "
-        "[METHODS.md](METHODS.md).\n\n"
+     << "Written by `scripts/bench.sh` from `bench/results/"
+     << (results_file.empty() ? "latest.json" : results_file)
+     << "`; every figure was measured beside its native baseline in the same run. How each figure "
+        "is measured: [METHODS.md](METHODS.md).\n\n"
      << "- machine: " << cell(machine.value("cpu", Json("?"))) << ", "
      << cell(machine.value("cores", Json(0))) << " cores, kernel "
      << cell(machine.value("kernel", Json("?")))
