@@ -13,6 +13,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/clock.h"
+
 namespace quanta::arbiter {
 
 void throw_errno(const std::string& what) {
@@ -71,9 +73,7 @@ int EventLoop::wait(epoll_event* events, int capacity, uint64_t deadline) {
   constexpr uint64_t kIdleWaitNs = 1000000000ull;
   uint64_t remaining = kIdleWaitNs;
   if (deadline != 0) {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const uint64_t now = static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+    const uint64_t now = common::monotonic_ns();
     remaining = deadline > now ? std::min(deadline - now, kIdleWaitNs) : 0;
   }
   if (precise_wait_) {

@@ -312,17 +312,13 @@ GateTry enter(CUcontext context, bool may_wait) {
 
 }  // namespace
 
-std::atomic<uint8_t>* link_gate_enter_sole(Binding* sole) noexcept {
-  ThreadGate* gate = t_gate;
+bool link_gate_enter_sole(Binding* sole) noexcept {
   const Route* route = sole->route.load(std::memory_order_acquire);
-  if (__builtin_expect(gate == nullptr || route == nullptr || t_in_link ||
+  if (__builtin_expect(t_gate == nullptr || route == nullptr || t_in_link ||
                            g_asymmetric.load(std::memory_order_relaxed) == 0,
                        0))
-    return nullptr;
-  std::atomic<uint8_t>& mark = gate->inside[binding_index(sole)];
-  const uint8_t outside = mark.load(std::memory_order_relaxed);
-  mark.store(static_cast<uint8_t>(outside + 1), std::memory_order_relaxed);
-  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the turn read after it
+    return false;
+  mark_inside(sole);
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
   // enter() turns tracking off again once nobody waits and no limit binds.
   if (__builtin_expect((turn & 1u) == 0 ||
@@ -330,15 +326,14 @@ std::atomic<uint8_t>* link_gate_enter_sole(Binding* sole) noexcept {
                            binding_limit(route) != 0 ||
                            sole->tracking.load(std::memory_order_relaxed) != 0,
                        0)) {
-    mark.store(outside, std::memory_order_release);
-    return nullptr;
+    mark_outside(sole);
+    return false;
   }
-  return &mark;
+  return true;
 }
 
-void link_gate_leave_sole(Binding* sole, std::atomic<uint8_t>* mark) noexcept {
-  mark->store(static_cast<uint8_t>(mark->load(std::memory_order_relaxed) - 1),
-              std::memory_order_release);
+void link_gate_leave_sole(Binding* sole) noexcept {
+  mark_outside(sole);
   if (const Route* route = sole->route.load(std::memory_order_acquire)) note_launch(sole, route);
 }
 

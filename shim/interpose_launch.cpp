@@ -23,9 +23,9 @@ inline CUresult gated_call(const char* name, Real real, CUstream stream, Args...
   if (__builtin_expect(!real, 0)) return driver_entry_missing(name);
   Binding* sole = g_sole_binding.load(std::memory_order_acquire);
   if (__builtin_expect(sole != nullptr, 1)) {
-    if (std::atomic<uint8_t>* mark = link_gate_enter_sole(sole)) {
+    if (link_gate_enter_sole(sole)) {
       const CUresult result = real(args...);
-      link_gate_leave_sole(sole, mark);
+      link_gate_leave_sole(sole);
       return result;
     }
   } else if (shim_disabled()) {

@@ -71,19 +71,15 @@ bool link_gate_enter(CUcontext context);
 // the current one) to the gate instead of asking the driver.
 struct Binding;
 extern std::atomic<Binding*> g_sole_binding;
-inline bool link_one_device() noexcept {
-  return g_sole_binding.load(std::memory_order_relaxed) != nullptr;
-}
 
 // The gate's fast path on that one device: this thread has a gate record of its own, the
 // process holds the grant, nobody waits and no in-flight limit binds, so the launch needs
-// only this thread's mark (no completion event). Returns the mark, to hand to
-// link_gate_leave_sole after the real call; nullptr (nothing marked) when the launch must
-// go through link_gate_enter instead.
-std::atomic<uint8_t>* link_gate_enter_sole(Binding* sole) noexcept;
+// only this thread's mark (no completion event). True: marked, call link_gate_leave_sole
+// after the real call; false (nothing marked): the launch goes through link_gate_enter.
+bool link_gate_enter_sole(Binding* sole) noexcept;
 // Leaves the gate, then counts the launch, so a revoke waiting for launchers inside never
 // waits for the counting.
-void link_gate_leave_sole(Binding* sole, std::atomic<uint8_t>* mark) noexcept;
+void link_gate_leave_sole(Binding* sole) noexcept;
 
 // Called after the real launch returned, with its result and the stream its work went to
 // (CU_STREAM_PER_THREAD for a per-thread-default-stream variant given no stream), so the

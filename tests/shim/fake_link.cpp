@@ -133,10 +133,10 @@ LinkSettings link_settings() {
 
 // Wrappers keep passing the current context: the fake counts gate entries per context.
 std::atomic<Binding*> g_sole_binding{nullptr};  // never set: every launch takes link_gate_enter
-std::atomic<uint8_t>* link_gate_enter_sole(Binding*) noexcept {
-  return nullptr;
+bool link_gate_enter_sole(Binding*) noexcept {
+  return false;
 }
-void link_gate_leave_sole(Binding*, std::atomic<uint8_t>*) noexcept {}
+void link_gate_leave_sole(Binding*) noexcept {}
 
 bool link_gate_enter(CUcontext context) {
   if (link_refuses_cuda()) return false;
