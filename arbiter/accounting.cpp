@@ -1,7 +1,8 @@
 // The per-GPU timeline: tenant state changes become phase time per pod, waits charged to
 // whoever held the GPU meanwhile, wait/drain/handoff histograms and a second-by-second
-// history. Every entry point first integrates the time since the last one with the
-// states as they were, so the order of events within one decision pass does not matter.
+// history. Time is folded into a pod's totals when its phase or the GPU's holder changes
+// (and for everyone at advance()), always with the states as they were until then, so the
+// order of events within one decision pass does not matter and a pass costs what changed.
 #include "arbiter/accounting.h"
 
 #include <algorithm>
@@ -47,14 +48,19 @@ uint64_t LatencyHistogram::at_or_below(size_t i) const {
   return n;
 }
 
+uint64_t GpuAccounting::clock(uint64_t now) {
+  last_ns_ = std::max(now, last_ns_);
+  return last_ns_;
+}
+
 void GpuAccounting::add_tenant(SlotId slot, const std::string& pod_key, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   if (tenants_.count(slot) != 0) remove_tenant(slot, now);
   auto found = ids_.find(pod_key);
   PodAccount* pod = nullptr;
   if (found != ids_.end()) {
     pod = &pods_.at(found->second);
+    fold(*pod, now);  // a departed pod counts nothing while it has no tenant
   } else {
     const AccountId id = next_id_++;
     ids_.emplace(pod_key, id);
@@ -62,69 +68,62 @@ void GpuAccounting::add_tenant(SlotId slot, const std::string& pod_key, uint64_t
     pod->id = id;
     pod->key = pod_key;
     pod->since_ns = now;
+    pod->folded_ns = now;
     pod->totals.busy_until_ns = now;  // nothing of it ran before it came
     pod->history.push_back(PodSample{now, pod->totals, 0, false});
   }
   pod->retired_ns = 0;
   ++pod->tenants;
+  ++pod->tenants_by_state[static_cast<size_t>(TenantState::kIdle)];
   TenantAccount& t = tenants_[slot];
   t.pod = pod;
   t.serial = next_serial_++;
-  dirty_ = true;
+  t.folded_ns = now;
 }
 
 void GpuAccounting::remove_tenant(SlotId slot, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   set_state(it->second, TenantState::kIdle, now);
   PodAccount* pod = it->second.pod;
+  fold(*pod, now);  // an idle tenant's departure changes no state, only the count
   tenants_.erase(it);
+  --pod->tenants_by_state[static_cast<size_t>(TenantState::kIdle)];
   if (--pod->tenants == 0) pod->retired_ns = now;
-  dirty_ = true;
 }
 
 void GpuAccounting::granted(SlotId slot, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   set_state(it->second, TenantState::kHolding, now);
-  dirty_ = true;
 }
 
 void GpuAccounting::revoked(SlotId slot, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   auto it = tenants_.find(slot);
   if (it == tenants_.end() || it->second.state != TenantState::kHolding) return;
   set_state(it->second, TenantState::kRevoking, now);
-  dirty_ = true;
 }
 
 void GpuAccounting::passed_over(SlotId slot, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   set_state(it->second, TenantState::kPassedOver, now);
-  dirty_ = true;
 }
 
 void GpuAccounting::released(SlotId slot, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   auto it = tenants_.find(slot);
   if (it == tenants_.end()) return;
   // Whether it wants the GPU again the scheduler says at settle(), at this same instant.
   set_state(it->second, TenantState::kIdle, now);
-  dirty_ = true;
 }
 
 void GpuAccounting::settle(const Scheduler& sched, uint64_t now) {
-  now = std::max(now, last_ns_);
-  advance(now);
+  now = clock(now);
   // Hold ends first, so a grant in the same pass sees the hold it follows as ended.
   for (int round = 0; round < 2; ++round) {
     for (auto& [slot, t] : tenants_) {
@@ -134,7 +133,6 @@ void GpuAccounting::settle(const Scheduler& sched, uint64_t now) {
       if ((round == 0) == ends_hold) set_state(t, s, now);
     }
   }
-  dirty_ = true;
 }
 
 void GpuAccounting::add_busy(const std::string& pod_key, uint64_t ns) {
@@ -150,6 +148,8 @@ void GpuAccounting::set_state(TenantAccount& t, TenantState next, uint64_t now) 
   const TenantState was = t.state;
   if (was == next) return;
   PodAccount& pod = *t.pod;
+  fold(t, now);
+  fold(pod, now);
   if (next == TenantState::kHolding) {
     ++pod.totals.grants;
     const bool was_waiting = was == TenantState::kWaiting;
@@ -184,78 +184,80 @@ void GpuAccounting::set_state(TenantAccount& t, TenantState next, uint64_t now) 
   }
   if (!holds(was) && holds(next)) ++open_holds_;
   t.state = next;
+  --pod.tenants_by_state[static_cast<size_t>(was)];
+  ++pod.tenants_by_state[static_cast<size_t>(next)];
+  pod.phase = phase_of(pod);
+  // Only a hold or a drain that starts or ends can change who holds the GPU.
+  if (holds(was) || holds(next) || draining(was) || draining(next)) find_holder(now);
 }
 
-namespace {
-
-int rank(Phase p) {
-  switch (p) {
-    case Phase::kRunning:
-      return 0;
-    case Phase::kDraining:
-      return 1;
-    case Phase::kWaiting:
-      return 2;
-    case Phase::kIdle:
-      return 3;
-  }
-  return 3;
-}
-
-Phase phase_of(TenantState s) {
-  if (s == TenantState::kHolding) return Phase::kRunning;
-  if (draining(s)) return Phase::kDraining;
-  if (s == TenantState::kWaiting) return Phase::kWaiting;
+// A pod's phase: the most active state among its tenants.
+Phase GpuAccounting::phase_of(const PodAccount& pod) {
+  const auto count = [&](TenantState s) { return pod.tenants_by_state[static_cast<size_t>(s)]; };
+  if (count(TenantState::kHolding) != 0) return Phase::kRunning;
+  if (count(TenantState::kRevoking) != 0 || count(TenantState::kPassedOver) != 0)
+    return Phase::kDraining;
+  if (count(TenantState::kWaiting) != 0) return Phase::kWaiting;
   return Phase::kIdle;
 }
 
-}  // namespace
+// The pod's phase time since its last fold, and its wait behind the holder of that stretch.
+void GpuAccounting::fold(PodAccount& pod, uint64_t now) {
+  if (now <= pod.folded_ns) return;
+  const uint64_t dt = now - pod.folded_ns;
+  pod.folded_ns = now;
+  if (pod.tenants == 0) return;
+  pod.totals.phase_ns[static_cast<size_t>(pod.phase)] += dt;
+  if (pod.phase == Phase::kWaiting) pod.totals.waited_behind_ns[holder_] += dt;
+}
 
-void GpuAccounting::refresh() {
-  dirty_ = false;
-  for (auto& [id, pod] : pods_) {
-    pod.tenants_by_state.fill(0);
-    pod.phase = Phase::kIdle;
-  }
+// The tenant's hold since its last fold, into its pod's held time.
+void GpuAccounting::fold(TenantAccount& t, uint64_t now) {
+  if (now <= t.folded_ns) return;
+  if (holds(t.state)) t.pod->totals.held_ns += now - t.folded_ns;
+  t.folded_ns = now;
+}
+
+void GpuAccounting::fold_held(uint64_t now) {
+  if (now <= held_folded_ns_) return;
+  if (occupied_) held_ns_ += now - held_folded_ns_;
+  held_folded_ns_ = now;
+}
+
+// The pod whose process holds the grant, else one that drains (a revoked one before one
+// passed over). Waiting pods are folded first: their wait so far was behind the old holder.
+void GpuAccounting::find_holder(uint64_t now) {
   AccountId holding = kNobody;
   AccountId drainer = kNobody;
-  occupied_ = false;
+  bool occupied = false;
   for (const auto& [slot, t] : tenants_) {
-    PodAccount& pod = *t.pod;
-    ++pod.tenants_by_state[static_cast<size_t>(t.state)];
-    const Phase p = phase_of(t.state);
-    if (rank(p) < rank(pod.phase)) pod.phase = p;
-    if (t.state == TenantState::kHolding) holding = pod.id;
+    if (t.state == TenantState::kHolding) holding = t.pod->id;
     if (draining(t.state) && (drainer == kNobody || t.state == TenantState::kRevoking))
-      drainer = pod.id;
-    occupied_ = occupied_ || holds(t.state);
+      drainer = t.pod->id;
+    occupied = occupied || holds(t.state);
   }
-  holder_ = holding != kNobody ? holding : drainer;
+  const AccountId holder = holding != kNobody ? holding : drainer;
+  if (holder != holder_) {
+    for (auto& [id, pod] : pods_) {
+      if (pod.phase == Phase::kWaiting) fold(pod, now);
+    }
+    holder_ = holder;
+  }
+  if (occupied != occupied_) {
+    fold_held(now);
+    occupied_ = occupied;
+  }
 }
 
 void GpuAccounting::advance(uint64_t now) {
-  // States changed at last_ns_ hold from there on: bring the phases up to date first.
-  if (dirty_) refresh();
-  if (last_ns_ == 0) {
-    last_ns_ = now;
-    return;
-  }
-  if (now <= last_ns_) return;
-  const uint64_t dt = now - last_ns_;
-  last_ns_ = now;
-  for (auto& [id, pod] : pods_) {
-    if (pod.tenants == 0) continue;
-    pod.totals.phase_ns[static_cast<size_t>(pod.phase)] += dt;
-    if (pod.phase == Phase::kWaiting) pod.totals.waited_behind_ns[holder_] += dt;
-  }
-  for (auto& [slot, t] : tenants_) {
-    if (holds(t.state)) t.pod->totals.held_ns += dt;
-  }
-  if (occupied_) held_ns_ += dt;
+  now = clock(now);
+  for (auto& [id, pod] : pods_) fold(pod, now);
+  for (auto& [slot, t] : tenants_) fold(t, now);
+  fold_held(now);
 }
 
 void GpuAccounting::tick(const std::map<std::string, double>& target_by_pod, uint64_t now) {
-  now = std::max(now, last_ns_);
+  now = clock(now);
   advance(now);
   for (auto it = pods_.begin(); it != pods_.end();) {
     PodAccount& pod = it->second;

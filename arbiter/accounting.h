@@ -78,6 +78,7 @@ struct PodAccount {
   std::array<uint32_t, 5> tenants_by_state{};  // indexed by TenantState
   Phase phase = Phase::kIdle;
   uint64_t since_ns = 0;    // first seen on this GPU
+  uint64_t folded_ns = 0;   // totals hold the time up to here (GpuAccounting::advance: up to now)
   uint64_t retired_ns = 0;  // when its last tenant left (kept a while for explain), 0 = live
   PodTotals totals;
   LatencyHistogram wait;          // want to grant
@@ -114,8 +115,9 @@ class GpuAccounting {
   // and forgets pods that left more than kRetainNs ago.
   void tick(const std::map<std::string, double>& target_by_pod, uint64_t now);
 
-  // Brings the totals up to `now` (the open interval since the last event); call it
-  // before reading pods().
+  // Brings every total up to `now`; call it before reading pods(). Between calls, a pod's
+  // totals run only to its last change (PodAccount::folded_ns): a decision pass touches the
+  // tenants that changed, never every pod.
   void advance(uint64_t now);
 
   const std::map<AccountId, PodAccount>& pods() const { return pods_; }
@@ -137,20 +139,26 @@ class GpuAccounting {
     uint64_t wait_since_ns = 0;
     uint64_t revoke_ns = 0;  // 0 = not revoked
     uint64_t serial = 0;     // unique per tenant while the arbiter runs (slots are reused)
+    uint64_t folded_ns = 0;  // its pod's held_ns holds this tenant's hold up to here
   };
 
+  uint64_t clock(uint64_t now);  // now, never before a time already seen
   void set_state(TenantAccount& t, TenantState state, uint64_t now);
-  void refresh();
+  void fold(PodAccount& pod, uint64_t now);
+  void fold(TenantAccount& t, uint64_t now);
+  void fold_held(uint64_t now);
+  void find_holder(uint64_t now);
+  static Phase phase_of(const PodAccount& pod);
 
   std::map<SlotId, TenantAccount> tenants_;
   std::map<AccountId, PodAccount> pods_;
   std::map<std::string, AccountId, std::less<>> ids_;
   AccountId next_id_ = 1;
-  uint64_t last_ns_ = 0;
+  uint64_t last_ns_ = 0;        // the latest time an entry point was given
   AccountId holder_ = kNobody;  // the pod whose process holds the grant, else one draining
   bool occupied_ = false;       // some tenant holds or drains
-  bool dirty_ = false;          // a state changed since refresh() (done at the next advance)
-  uint64_t held_ns_ = 0;
+  uint64_t held_ns_ = 0;        // up to held_folded_ns_
+  uint64_t held_folded_ns_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> held_history_;  // (tick time, held_ns_)
   // The tenant granted last and when the last hold ended, for switches and handoffs.
   uint64_t next_serial_ = 1;

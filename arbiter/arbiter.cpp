@@ -325,6 +325,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       Pod& pod = *pods_.find(proc.pod_index);
       proc.slots[index] = s;
       gpu.slot_pids[s] = pid;
+      index_channels(gpu);
       gpu.sched->set_pod_policy(pod.index, pod.policy);
       gpu.sched->add_tenant(s, pod.index, now);
       gpu.accounting.add_tenant(s, pod.key, now);
@@ -537,6 +538,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
     }
     proc.slots[gpu->index] = slot;
     gpu->slot_pids[slot] = proc.pid;
+    index_channels(*gpu);
     gpu->sched->set_pod_policy(pod.index, pod.policy);
     gpu->sched->add_tenant(slot, pod.index, monotonic_ns());
     gpu->accounting.add_tenant(slot, pod.key, monotonic_ns());
@@ -622,9 +624,11 @@ void Arbiter::after_events() {
 bool Arbiter::look_at_holder(Gpu& gpu) {
   const auto holder = gpu.sched->holder();
   if (!holder) return false;
-  const auto found = gpu.slot_pids.find(*holder);
-  if (found == gpu.slot_pids.end()) return false;
-  const common::GateChannel& ch = channel(processes_.at(found->second), gpu.index);
+  const auto found = std::lower_bound(
+      gpu.channels.begin(), gpu.channels.end(), *holder,
+      [](const Gpu::SlotChannel& entry, SlotId slot) { return entry.slot < slot; });
+  if (found == gpu.channels.end() || found->slot != *holder) return false;
+  const common::GateChannel& ch = *found->channel;
   if (released_turn(*gpu.region.get(), *holder, ch)) return false;  // a decision is due
   const uint64_t now = monotonic_ns();
   if (!gpu.sched->postpone_idle_check(last_launch(gpu, ch, now),
@@ -633,6 +637,12 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
   ++gpu.holder_looks;
   gpu.deadline = gpu.sched->next_deadline();
   return true;
+}
+
+void Arbiter::index_channels(Gpu& gpu) {
+  gpu.channels.clear();
+  for (const auto& [slot, pid] : gpu.slot_pids)
+    gpu.channels.push_back({slot, &channel(processes_.at(pid), gpu.index)});
 }
 
 common::GateChannel& Arbiter::channel(const Process& proc, uint32_t gpu_index) {
@@ -646,9 +656,8 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   const uint64_t now = monotonic_ns();
   common::ControlRegion& region = *gpu.region.get();
   Scheduler& sched = *gpu.sched;
-  for (const auto& [slot, pid] : gpu.slot_pids) {
-    const Process& proc = processes_.at(pid);
-    common::GateChannel& ch = channel(proc, gpu.index);
+  for (const auto& [slot, channel] : gpu.channels) {
+    common::GateChannel& ch = *channel;
     if (sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now)) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
     }
@@ -778,6 +787,7 @@ void Arbiter::free_slot(Gpu& gpu, SlotId slot) {
   if (cs.turn.load() & 1u) bump_turn(cs);
   cs.pid.store(0, std::memory_order_release);
   gpu.slot_pids.erase(slot);
+  index_channels(gpu);
   if (gpu.region->header.holder.load() == slot) gpu.region->header.holder.store(common::kNoSlot);
 }
 

@@ -51,6 +51,14 @@ struct Gpu {
   // there, and after_events sees it fall due.
   uint64_t deadline = 0;
   std::map<SlotId, pid_t> slot_pids;  // admitted slots on this GPU
+  // The same slots' gate channels in slot order (rebuilt by Arbiter::index_channels whenever
+  // slot_pids changes): a decision pass reads every tenant through it, without a lookup per
+  // slot. A channel lives in its pod's region, mapped for as long as the process is admitted.
+  struct SlotChannel {
+    SlotId slot;
+    common::GateChannel* channel;
+  };
+  std::vector<SlotChannel> channels;
   bool dirty = true;                  // needs a sync from shared memory and a decision
   // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
   uint64_t waiters_visible_ns = 0;
@@ -130,6 +138,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   void apply(Gpu& gpu, const std::vector<Action>& actions);
   void on_death(pid_t pid);
   void free_slot(Gpu& gpu, SlotId slot);
+  void index_channels(Gpu& gpu);
   void reclaim_memory(Pod& pod, uint32_t proc_index);
   void apply_policy(Pod& pod);
   void fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod);

@@ -4,9 +4,12 @@
 // [metrics] config keys and quantactl's views (escaping, explain's verdicts).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "arbiter/accounting.h"
@@ -231,6 +234,120 @@ PodLoad load(uint32_t weight, double demand, double max_share = 1, double min_sh
   p.min_share = min_share;
   p.priority = priority;
   return p;
+}
+
+// The accounting folds time into a pod's totals only when its phase or the holder changes.
+// This checks it against the plain way of counting: after every pass, integrate each pod's
+// phase (from its tenants' states then) and the wait behind the holder then, over a seeded
+// random run of arrivals, departures, wants, busy and idle holders and releases.
+TEST(Accounting, FoldedTotalsEqualStepByStepIntegration) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    uint64_t rng = seed * 0x9e3779b97f4a7c15ull;
+    auto next = [&](uint64_t n) {
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      return rng % n;
+    };
+    Timeline t;
+    constexpr SlotId kSlots = 6;
+    const std::string keys[] = {"ns/a", "ns/b", "ns/c", "ns/d"};
+    const PodId pod_of[kSlots] = {0, 1, 2, 3, 0, 1};  // a and b have two processes each
+    bool present[kSlots] = {};
+    struct Expected {
+      std::array<uint64_t, kPhaseCount> phase{};
+      std::map<std::string, uint64_t> behind;  // holder's key ("" = nobody)
+      uint64_t held = 0;
+      uint32_t tenants = 0;
+    };
+    std::map<std::string, Expected> expected;
+    uint64_t gpu_held = 0;
+    // The states after the last pass hold until this one.
+    auto integrate = [&](uint64_t dt) {
+      std::map<std::string, Phase> phase;
+      std::string holding, drainer;
+      bool occupied = false;
+      for (SlotId s = 0; s < kSlots; ++s) {
+        if (!present[s]) continue;
+        const std::string& key = keys[pod_of[s]];
+        const TenantState st = t.state(s);
+        Phase p = Phase::kIdle;
+        if (st == TenantState::kHolding) p = Phase::kRunning;
+        if (st == TenantState::kRevoking || st == TenantState::kPassedOver) p = Phase::kDraining;
+        if (st == TenantState::kWaiting) p = Phase::kWaiting;
+        // A pod's phase is its most active tenant's: running, draining, waiting, idle.
+        const auto rank = [](Phase ph) {
+          return ph == Phase::kRunning ? 0 : ph == Phase::kDraining ? 1 : ph == Phase::kWaiting ? 2 : 3;
+        };
+        auto [it, fresh] = phase.emplace(key, p);
+        if (!fresh && rank(p) < rank(it->second)) it->second = p;
+        if (st == TenantState::kHolding) holding = key;
+        const bool drains = st == TenantState::kRevoking || st == TenantState::kPassedOver;
+        if (drains && (drainer.empty() || st == TenantState::kRevoking)) drainer = key;
+        if (st == TenantState::kHolding || st == TenantState::kRevoking) {
+          occupied = true;
+          expected[key].held += dt;
+        }
+      }
+      const std::string holder = holding.empty() ? drainer : holding;
+      for (const auto& [key, p] : phase) {
+        expected[key].phase[static_cast<size_t>(p)] += dt;
+        if (p == Phase::kWaiting) expected[key].behind[holder] += dt;
+      }
+      if (occupied) gpu_held += dt;
+    };
+    auto step = [&](uint64_t dt) {
+      integrate(dt);
+      t.now += dt;
+    };
+    auto check = [&] {
+      t.acct.advance(t.now);
+      for (const auto& [key, e] : expected) {
+        const PodAccount* p = t.acct.pod(key);
+        ASSERT_NE(p, nullptr) << key;
+        for (size_t ph = 0; ph < kPhaseCount; ++ph)
+          EXPECT_EQ(p->totals.phase_ns[ph], e.phase[ph]) << key << " " << phase_name(Phase(ph));
+        EXPECT_EQ(p->totals.held_ns, e.held) << key;
+        for (const auto& [holder, ns] : e.behind) {
+          EXPECT_EQ(behind(t.acct, key, holder), ns) << key << " behind '" << holder << "'";
+        }
+      }
+      EXPECT_EQ(t.acct.held_ns(), gpu_held);
+    };
+    for (int event = 0; event < 400; ++event) {
+      step(next(4) * kMs + next(1000) * 1000);
+      const SlotId s = static_cast<SlotId>(next(kSlots));
+      switch (next(6)) {
+        case 0:
+          if (present[s]) {
+            present[s] = false;
+            t.remove(s);
+          } else {
+            present[s] = true;
+            t.add(s, pod_of[s], keys[pod_of[s]]);
+            t.pass();
+          }
+          break;
+        case 1:
+        case 2:
+          if (present[s]) t.want(s, next(3) != 0);
+          break;
+        case 3:
+          if (present[s] && t.state(s) == TenantState::kRevoking) t.release(s);
+          break;
+        default:
+          for (SlotId h = 0; h < kSlots; ++h) {
+            if (present[h] && t.state(h) == TenantState::kHolding && next(2) == 0) t.busy(h);
+          }
+          t.pass();
+          break;
+      }
+      if (event % 37 == 0) check();
+      if (::testing::Test::HasFailure()) return;
+    }
+    check();
+  }
 }
 
 TEST(Capacity, ANewcomerGetsWhatTheWeightsAndDemandsLeave) {
