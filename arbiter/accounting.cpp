@@ -76,6 +76,7 @@ void GpuAccounting::add_tenant(SlotId slot, const std::string& pod_key, uint64_t
   ++pod->tenants;
   ++pod->tenants_by_state[static_cast<size_t>(TenantState::kIdle)];
   TenantAccount& t = tenants_[slot];
+  t.slot = slot;
   t.pod = pod;
   t.serial = next_serial_++;
   t.folded_ns = now;
@@ -188,7 +189,14 @@ void GpuAccounting::set_state(TenantAccount& t, TenantState next, uint64_t now) 
   ++pod.tenants_by_state[static_cast<size_t>(next)];
   pod.phase = phase_of(pod);
   // Only a hold or a drain that starts or ends can change who holds the GPU.
-  if (holds(was) || holds(next) || draining(was) || draining(next)) find_holder(now);
+  const bool occupies = holds(next) || draining(next);
+  if (holds(was) || draining(was) || occupies) {
+    const auto at = std::lower_bound(occupants_.begin(), occupants_.end(), t.slot);
+    const bool listed = at != occupants_.end() && *at == t.slot;
+    if (occupies && !listed) occupants_.insert(at, t.slot);
+    if (!occupies && listed) occupants_.erase(at);
+    find_holder(now);
+  }
 }
 
 // A pod's phase: the most active state among its tenants.
@@ -230,7 +238,8 @@ void GpuAccounting::find_holder(uint64_t now) {
   AccountId holding = kNobody;
   AccountId drainer = kNobody;
   bool occupied = false;
-  for (const auto& [slot, t] : tenants_) {
+  for (const SlotId slot : occupants_) {
+    const TenantAccount& t = tenants_.at(slot);
     if (t.state == TenantState::kHolding) holding = t.pod->id;
     if (draining(t.state) && (drainer == kNobody || t.state == TenantState::kRevoking))
       drainer = t.pod->id;

@@ -134,6 +134,7 @@ class GpuAccounting {
 
  private:
   struct TenantAccount {
+    SlotId slot = 0;
     PodAccount* pod = nullptr;
     TenantState state = TenantState::kIdle;
     uint64_t wait_since_ns = 0;
@@ -151,6 +152,7 @@ class GpuAccounting {
   static Phase phase_of(const PodAccount& pod);
 
   std::map<SlotId, TenantAccount> tenants_;
+  std::vector<SlotId> occupants_;  // slots holding, revoked or passed over, in slot order
   std::map<AccountId, PodAccount> pods_;
   std::map<std::string, AccountId, std::less<>> ids_;
   AccountId next_id_ = 1;
