@@ -116,8 +116,8 @@ class GpuAccounting {
   void tick(const std::map<std::string, double>& target_by_pod, uint64_t now);
 
   // Brings every total up to `now`; call it before reading pods(). Between calls, a pod's
-  // totals run only to its last change (PodAccount::folded_ns): a decision pass touches the
-  // tenants that changed, never every pod.
+  // totals run only to its last change (PodAccount::folded_ns): a decision pass folds the
+  // pods whose phase changed, and the waiting pods when the holder changed.
   void advance(uint64_t now);
 
   const std::map<AccountId, PodAccount>& pods() const { return pods_; }

@@ -97,10 +97,10 @@ TEST(ContextTable, MoreLiveContextsThanEntriesRunUngatedWithoutCorruption) {
 TEST(ContextTable, AProcessThatSeesOneDeviceFindsItsGateWithoutTheCurrentContext) {
   contexts_reset_in_child();
   g_devices_seen = 1;
-  EXPECT_FALSE(g_sole_binding.load() != nullptr) << "known before any context was looked up";
+  EXPECT_EQ(g_sole_binding.load(), nullptr) << "known before any context was looked up";
   g_current = fake_context(7);
   ASSERT_EQ(lookup(fake_context(7)), &g_bindings[0]);
-  EXPECT_TRUE(g_sole_binding.load() != nullptr);
+  EXPECT_NE(g_sole_binding.load(), nullptr);
   g_current_asked = 0;
   for (int launch = 0; launch < 10; ++launch)
     EXPECT_EQ(binding_for_context(nullptr), &g_bindings[0]);
@@ -108,7 +108,7 @@ TEST(ContextTable, AProcessThatSeesOneDeviceFindsItsGateWithoutTheCurrentContext
 
   // A forked child asks again.
   contexts_reset_in_child();
-  EXPECT_FALSE(g_sole_binding.load() != nullptr);
+  EXPECT_EQ(g_sole_binding.load(), nullptr);
 }
 
 // Several devices: a context's device decides the gate, so the current context is read.
@@ -117,7 +117,7 @@ TEST(ContextTable, AProcessThatSeesSeveralDevicesReadsTheCurrentContext) {
   g_devices_seen = 2;
   g_current = fake_context(8);
   ASSERT_EQ(lookup(fake_context(8)), &g_bindings[0]);
-  EXPECT_FALSE(g_sole_binding.load() != nullptr);
+  EXPECT_EQ(g_sole_binding.load(), nullptr);
   g_current_asked = 0;
   EXPECT_EQ(binding_for_context(nullptr), &g_bindings[0]);
   EXPECT_EQ(g_current_asked, 1);
