@@ -251,10 +251,12 @@ TEST(BpfSession, FindsEverythingItselfAttachesEveryProbeAndCountsTheArbitersSwit
   // A switch is complete at the new holder's first gate exit after the grant. A grant that
   // reaches a tenant between two launches (its want kept through a release while its work
   // was still queued, see below) has none: its next launch passes without waiting. On a
-  // loaded machine two to six of 200 did, in five of fourteen runs.
+  // loaded machine two to six of 200 did, in five of fourteen runs; later, with the arbiter's
+  // passes cheaper, 11 of 195 and 13 of 159 in runs alone, so the bound is a tenth, as for the
+  // blocked launches below.
   const uint64_t complete = gpu["switches_complete"].get<uint64_t>();
   EXPECT_LE(complete, switches);
-  EXPECT_GE(complete, switches - switches / 20) << "most switches end at a gate exit";
+  EXPECT_GE(complete, switches - switches / 10) << "most switches end at a gate exit";
   EXPECT_EQ(gpu["handoff"]["count"], complete);
   // Nearly every grant answers a blocked launch. Not every one: the shim keeps wanting the GPU
   // through a release while work is still queued, so a grant can reach a tenant between two
