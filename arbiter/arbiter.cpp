@@ -242,6 +242,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     h.holder.store(common::kNoSlot);
     h.arbiter_generation.store(generation_);
     h.lease_ns.store(config_.scheduler.lease_ns);
+    h.idle_release_ns.store(config_.scheduler.idle_release_ns);
     h.heartbeat_ns.store(now);
     gpu->sched = std::make_unique<Scheduler>(scheduler_options(config_.scheduler));
     if (drained.count(gpu->uuid) != 0) {
@@ -550,6 +551,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   }
   // Also on a re-attach (after an arbiter restart, or by a newer shim in the same slot).
   gpu->sched->set_reports_quiet(slot, request.reports_quiet);
+  gpu->sched->set_reports_unused_grant(slot, request.reports_unused_grant);
   out.attached = true;
   out.gpu_index = gpu->index;
   out.slot = slot;
@@ -571,6 +573,7 @@ void Arbiter::heartbeat() {
   const uint64_t now = monotonic_ns();
   for (auto& gpu : gpus_) {
     gpu->region->header.lease_ns.store(config_.scheduler.lease_ns);
+    gpu->region->header.idle_release_ns.store(config_.scheduler.idle_release_ns);
     gpu->region->header.heartbeat_ns.store(now);
     gpu->dirty = true;  // also catches wants of re-adopted tenants that have no doorbell yet
   }

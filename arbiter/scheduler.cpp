@@ -150,9 +150,6 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
     v.reason = Revoke::kIdle;
     return v;
   }
-  // The tenant's hints move without events: look again when they would call it idle.
-  if (looks_for_idleness(h)) idle_check(idle_at > now ? idle_at : now + options_.idle_release_ns);
-
   const Rank mine = rank_of(h, now);
   const Rank theirs = rank_of(tenants_[*next], now);
   if (theirs < mine) {
@@ -177,6 +174,8 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
   }
   // An owed holder's rank drops when its credit is spent (never sooner than this).
   if (mine.owed()) recheck(now + std::max<uint64_t>(hp.credit.credit(), 1));
+  // The tenant's hints move without events: look again when they would call it idle.
+  if (looks_for_idleness(h)) idle_check(idle_look_ns(h, now, v.recheck_ns));
   return v;
 }
 
@@ -227,6 +226,7 @@ void Scheduler::grant(SlotId slot, uint64_t now) {
   t.grant_ns = now;
   t.quantum_end_ns = now + quantum_of(t);
   t.last_active_ns = now;
+  t.granted_while_others_wait = waiting_ != 0;
   ++t.grants;
   record_wait(t, sat_sub(now, t.wait_since_ns));
   holder_ = slot;
@@ -279,9 +279,7 @@ bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_n
     return true;
   }
   // As judge_holder would set it now: nothing it reads but these hints and the time moved.
-  const uint64_t idle_at = last_work_ns(h) + std::max(h.inflight_ns, options_.idle_release_ns);
-  idle_check_ns_ =
-      std::max(idle_at > now ? idle_at : now + options_.idle_release_ns, now + kRecheckGrainNs);
+  idle_check_ns_ = std::max(idle_look_ns(h, now, other_deadline_ns_), now + kRecheckGrainNs);
   next_deadline_ =
       other_deadline_ns_ == 0 ? idle_check_ns_ : std::min(other_deadline_ns_, idle_check_ns_);
   return true;
@@ -467,6 +465,24 @@ bool Scheduler::looks_for_idleness(const Tenant& h) const {
          pods_[h.pod].policy.max_share_ppm < common::kShareScale;
 }
 
+// A holder granted while others waited whose shim rings if that grant goes unused, and
+// which has shown no work since the grant (no launch, no queued work, none seen to end).
+bool Scheduler::rings_if_unused(const Tenant& h) const {
+  return h.reports_unused_grant && h.granted_while_others_wait && h.inflight_ns == 0 &&
+         h.last_launch_ns < h.grant_ns && h.work_done_ns <= h.grant_ns;
+}
+
+// When to look at the holder for idleness: when its hints would call it idle, or, for a
+// fresh grant its shim rings about (rings_if_unused), no sooner than `recheck_ns` (the
+// holder's other deadline; its quantum's end when it has none), so the look shares that
+// wake-up instead of costing one of its own at every switch.
+uint64_t Scheduler::idle_look_ns(const Tenant& h, uint64_t now, uint64_t recheck_ns) const {
+  const uint64_t idle_at = last_work_ns(h) + std::max(h.inflight_ns, options_.idle_release_ns);
+  const uint64_t look = idle_at > now ? idle_at : now + options_.idle_release_ns;
+  if (!rings_if_unused(h)) return look;
+  return std::max(look, recheck_ns != 0 ? recheck_ns : h.quantum_end_ns);
+}
+
 uint32_t Scheduler::active_interactive() const {
   uint32_t n = 0;
   for (const Pod& p : pods_) {
@@ -523,9 +539,11 @@ void Scheduler::pod_activity_changed(Pod& pod, PodId id, bool was_active, uint64
 // drain (or launches from a thread that had nothing queued at the gate) and sets want only
 // once it is back at the gate, just after this release. Read as idle meanwhile, the next
 // waiter would be granted whatever the weights say, so it counts as wanting for
-// idle_release; if no launch comes by then it goes idle.
+// idle_release; if no launch comes by then it goes idle. One whose want was read with the
+// release (its launcher already waits at the gate) needs no presumption, nor the wake-up
+// that would end it.
 void Scheduler::after_release(Tenant& t, uint64_t now) {
-  t.presumed_until_ns = t.revoked_busy ? now + options_.idle_release_ns : 0;
+  t.presumed_until_ns = t.revoked_busy && !t.want ? now + options_.idle_release_ns : 0;
   t.revoked_busy = false;
   const bool waits = t.want || t.presumed_until_ns != 0;
   set_state(t, waits ? TenantState::kWaiting : TenantState::kIdle, now);
@@ -621,6 +639,7 @@ bool Scheduler::adopt_holder(SlotId slot, uint64_t now) {
   set_state(t, TenantState::kHolding, now);
   t.grant_ns = now;
   t.quantum_end_ns = now + quantum_of(t);
+  t.granted_while_others_wait = false;
   holder_ = slot;
   return true;
 }
@@ -671,6 +690,10 @@ bool Scheduler::set_want(SlotId slot, bool want, uint64_t now) {
 
 void Scheduler::set_reports_quiet(SlotId slot, bool reports_quiet) {
   if (has_tenant(slot)) tenants_[slot].reports_quiet = reports_quiet;
+}
+
+void Scheduler::set_reports_unused_grant(SlotId slot, bool reports_unused_grant) {
+  if (has_tenant(slot)) tenants_[slot].reports_unused_grant = reports_unused_grant;
 }
 
 void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,

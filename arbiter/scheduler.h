@@ -88,6 +88,12 @@ class Scheduler {
   // look at it for idleness, and the ring brings the look. A shim that claims this and never
   // rings keeps the grant to its quantum's end, as a busy holder would.
   void set_reports_quiet(SlotId slot, bool reports_quiet);
+  // The tenant's shim also rings when a grant made while others waited goes unused for
+  // idle_release (kAttachReportsUnusedGrant): decide() then does not wake idle_release after
+  // such a grant to look at it, but no sooner than the holder's next deadline (its quantum's
+  // end, say); the ring brings the look sooner. A shim that claims this and never rings keeps
+  // an unused grant to that deadline, as a holder launching now and then would.
+  void set_reports_unused_grant(SlotId slot, bool reports_unused_grant);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its hold).
   void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
   // The tenant published a release of its current turn (odd: voluntary give-back).
@@ -172,6 +178,8 @@ class Scheduler {
     bool owed_grant = false;         // granted on its pod's minimum (not in fair order)
     bool revoked_busy = false;       // revoked with work still coming (not for idleness)
     bool reports_quiet = false;      // set_reports_quiet
+    bool reports_unused_grant = false;  // set_reports_unused_grant
+    bool granted_while_others_wait = false;  // others waited when its grant was made
     uint64_t presumed_until_ns = 0;  // counts as wanting until then, want or not
     uint64_t grant_ns = 0;
     uint64_t quantum_end_ns = 0;
@@ -227,6 +235,8 @@ class Scheduler {
   static uint64_t last_work_ns(const Tenant& h);
   bool idle_holder(const Tenant& h, uint64_t now) const;
   bool looks_for_idleness(const Tenant& h) const;
+  bool rings_if_unused(const Tenant& h) const;
+  uint64_t idle_look_ns(const Tenant& h, uint64_t now, uint64_t recheck_ns) const;
   uint64_t quantum_of(const Tenant& t) const;
   bool interactive_recent(uint64_t now) const;
   uint32_t active_interactive() const;

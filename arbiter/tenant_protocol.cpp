@@ -53,6 +53,7 @@ std::string parse_tenant_message(const void* data, size_t size, bool truncated,
       out->uuid = attach.uuid;
       out->observe = (attach.flags & common::kAttachObserve) != 0;
       out->reports_quiet = (attach.flags & common::kAttachReportsQuiet) != 0;
+      out->reports_unused_grant = (attach.flags & common::kAttachReportsUnusedGrant) != 0;
       return "";
     }
     default:

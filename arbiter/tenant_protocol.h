@@ -15,6 +15,7 @@ struct TenantMessage {
   std::string uuid;            // Attach: the device's UUID
   bool observe = false;        // Attach: memory views only (kAttachObserve), never a slot
   bool reports_quiet = false;  // Attach: kAttachReportsQuiet
+  bool reports_unused_grant = false;  // Attach: kAttachReportsUnusedGrant
 };
 
 // `truncated`: the kernel cut the packet or its control data (MSG_TRUNC/MSG_CTRUNC).

@@ -64,7 +64,12 @@ struct alignas(64) ControlHeader {
   std::atomic<uint64_t> lease_ns;            // gating lapses when heartbeat is older than this
   std::atomic<uint32_t> holder;              // slot holding the grant, or kNoSlot
   std::atomic<uint32_t> waiters;             // slots that want the GPU and do not hold it
+  // The scheduler's idle_release, refreshed with the heartbeat: a shim that announced
+  // kAttachReportsUnusedGrant rings when a grant made while others wait goes unused this
+  // long. 0 (an arbiter that predates it): the shim does not watch its grants.
+  std::atomic<uint64_t> idle_release_ns;
 };
+static_assert(sizeof(ControlHeader) == 128, "the header keeps its size: new fields use its padding");
 
 struct ControlRegion {
   ControlHeader header;

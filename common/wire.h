@@ -77,6 +77,10 @@ constexpr uint32_t kAttachObserve = 1u << 0;
 // The process rings the doorbell when its queued work on this GPU runs out while it holds
 // the GPU and others wait, so the arbiter need not keep looking at a busy holder for idleness.
 constexpr uint32_t kAttachReportsQuiet = 1u << 1;
+// The process also rings when it was granted this GPU while others waited and launched
+// nothing for ControlHeader::idle_release_ns, so the arbiter need not wake to look at a
+// fresh grant: it looks at such a holder no sooner than its next deadline.
+constexpr uint32_t kAttachReportsUnusedGrant = 1u << 2;
 
 struct AttachMessage {
   MessageHeader header;

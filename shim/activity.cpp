@@ -276,6 +276,7 @@ void activity_reset_in_child() {
     binding.tracking.store(0);
     binding.quiet_turn = 0;
     binding.quiet_rung_turn = 0;
+    binding.grant_watch = GrantWatch{};
     // Events of the parent's contexts mean nothing here; the entries are reused afresh.
     for (TrackedLaunch& entry : binding.work.ring) {
       entry.sequence.store(0);

@@ -139,6 +139,16 @@ struct WorkTracker {
   }
 };
 
+// The device thread's watch over a grant made while others wait (grant_watch.cpp): the held
+// turn, when this thread first saw it, the launch stamp then, and whether that turn is
+// settled (a launch came, or its lack was rung about).
+struct GrantWatch {
+  uint32_t turn = 0;
+  bool settled = false;
+  uint64_t seen_ns = 0;
+  uint64_t launch_stamp = 0;
+};
+
 struct Binding {
   std::atomic<uint32_t> state{kEmpty};
   std::atomic<Route*> route{nullptr};
@@ -169,6 +179,7 @@ struct Binding {
   // estimate, and the held turn whose quiet it rang about (0 once work is queued again).
   uint32_t quiet_turn = 0;
   uint32_t quiet_rung_turn = 0;
+  GrantWatch grant_watch;  // device thread only
   std::atomic<bool> handled_valid{false};  // cleared by a re-attach
 };
 
@@ -297,6 +308,14 @@ uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now);
 // rings the doorbell once when its queued work runs out (the arbiter looks at such a holder
 // for idleness only then; AttachMessage's kAttachReportsQuiet).
 void ring_when_quiet(Binding* binding, const Route* route);
+
+// --- grant_watch.cpp: a grant that goes unused ------------------------------------------
+// Device thread, at every wake-up: while this process holds a grant made while others wait
+// and has launched nothing under it, rings the doorbell once when ControlHeader::
+// idle_release_ns has passed since it saw the grant (AttachMessage's
+// kAttachReportsUnusedGrant: the arbiter does not wake to look at such a grant itself).
+// Returns how soon it wants to look again (0: nothing pending).
+uint64_t ring_when_grant_unused(Binding* binding, const Route* route, uint64_t now);
 // Whether launches on this binding must record completions now.
 inline bool should_track(const Route* route) {
   return route->control->header.waiters.load(std::memory_order_relaxed) != 0 ||

@@ -127,9 +127,12 @@ void* device_thread_main(void* argument) {
     // While work is queued, look again when the estimate needs refreshing, so an idle holder
     // is released promptly and a busy one never looks idle.
     uint64_t timeout = kLinkWaitSliceNs;
-    const uint64_t again = refresh_inflight(binding, route, monotonic_ns());
+    const uint64_t now = monotonic_ns();
+    const uint64_t again = refresh_inflight(binding, route, now);
     if (again != 0 && again < timeout) timeout = again;
     ring_when_quiet(binding, route);
+    const uint64_t unused = ring_when_grant_unused(binding, route, now);
+    if (unused != 0 && unused < timeout) timeout = unused;
     common::futex_wait(&route->slot->turn, turn, timeout);
   }
   return nullptr;

@@ -300,7 +300,8 @@ AttachOutcome attach_locked(Binding* binding) {
   common::AttachMessage attach{};
   attach.header = common::make_header<common::AttachMessage>(common::MessageType::kAttach);
   copy_text(attach.uuid, sizeof attach.uuid, binding->uuid);
-  attach.flags = common::kAttachReportsQuiet;  // the device thread's ring_when_quiet
+  // The device thread's ring_when_quiet and ring_when_grant_unused.
+  attach.flags = common::kAttachReportsQuiet | common::kAttachReportsUnusedGrant;
   ArbiterReply reply;
   int fds[1] = {-1};
   int fd_count = 0;

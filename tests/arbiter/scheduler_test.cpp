@@ -283,6 +283,88 @@ TEST(Scheduler, BusyHoldersThatReportTheirQuietCostNoLooks) {
   EXPECT_LE(slow.log_ns[1], quiet_at + 5 * kNsPerMs) << "revoked late after the ring";
 }
 
+// A holder revoked while busy counts as wanting for idle_release after its release, since its
+// launcher sets want only once back at the gate. When that want is read with the release,
+// the presumption is not needed, nor the wake-up idle_release later that ends it: on a
+// contended GPU that wake-up came at every switch.
+TEST(Scheduler, ABusyReleaseWhoseWantIsReadWithItIsNotPresumed) {
+  const SchedulerOptions o = idle_check_options();
+  for (const bool want_read : {true, false}) {
+    SCOPED_TRACE(want_read ? "want read with the release" : "no want yet");
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    sched.set_reports_unused_grant(2, true);  // so the grantee's own look waits too
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    now += o.quantum_ns;
+    ASSERT_EQ(sched.decide(now).size(), 1u);  // the revoke, while busy
+    now += 3 * kNsPerMs;
+    sched.set_want(1, want_read, now);
+    sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
+    sched.released(1, now);
+    std::vector<Action> actions = sched.decide(now);
+    ASSERT_EQ(actions.size(), 1u);
+    ASSERT_EQ(actions[0].slot, 2u);
+    EXPECT_EQ(sched.state(1), TenantState::kWaiting);
+    if (want_read) {
+      EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns) << "a wake-up for a want already read";
+    } else {
+      EXPECT_EQ(sched.next_deadline(), now + o.idle_release_ns);
+      now += o.idle_release_ns;
+      sched.decide(now);
+      EXPECT_EQ(sched.state(1), TenantState::kIdle) << "no launch came: no longer wanting";
+    }
+  }
+}
+
+// A grant made while others wait starts with nothing of the grantee's work read (its queue
+// drained at its last release). When its shim rings if the grant goes unused
+// (kAttachReportsUnusedGrant), the arbiter does not wake idle_release after the grant to look
+// at it: the look waits for the quantum's end, and the ring, idle_release after a grant that
+// stayed unused, brings the revoke. A shim that does not claim this is looked at as before.
+TEST(Scheduler, AFreshGrantWhoseShimRingsIfUnusedIsNotLookedAtBeforeItsQuantumsEnd) {
+  const SchedulerOptions o = idle_check_options();
+  for (const bool rings : {true, false}) {
+    SCOPED_TRACE(rings ? "rings if unused" : "does not ring");
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    sched.set_reports_unused_grant(1, rings);
+    sched.set_reports_unused_grant(2, rings);
+    sched.set_reports_quiet(2, true);
+    ASSERT_EQ(sched.holder(), 1u);
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    // Tenant 1's quantum ends; it drains and releases, still wanting (its launcher waits).
+    now += o.quantum_ns;
+    std::vector<Action> actions = sched.decide(now);
+    ASSERT_EQ(actions.size(), 1u);
+    ASSERT_EQ(actions[0].kind, Action::Kind::kRevoke);
+    now += 3 * kNsPerMs;
+    sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
+    sched.released(1, now);
+    actions = sched.decide(now);
+    ASSERT_EQ(actions.size(), 1u);
+    ASSERT_EQ(actions[0].kind, Action::Kind::kGrant);
+    ASSERT_EQ(actions[0].slot, 2u);
+    const uint64_t granted = now;
+    if (!rings) {
+      EXPECT_EQ(sched.next_deadline(), granted + o.idle_release_ns);
+      continue;
+    }
+    EXPECT_EQ(sched.next_deadline(), granted + o.quantum_ns) << "looked at a fresh grant";
+    // The ring idle_release later, nothing launched: revoked as idle at that pass.
+    now = granted + o.idle_release_ns;
+    actions = sched.decide(now);
+    ASSERT_EQ(actions.size(), 1u);
+    EXPECT_EQ(actions[0].kind, Action::Kind::kRevoke);
+    EXPECT_EQ(actions[0].slot, 2u);
+  }
+}
+
 // Driven as the arbiter drives it, most wake-ups of a contended GPU are looks at the holder,
 // and the shares are what full passes give.
 TEST(Scheduler, MostWakeUpsOfABusyGpuAreLooksAtTheHolder) {
