@@ -11,10 +11,10 @@ namespace quanta::arbiter {
 struct TenantMessage {
   enum class Kind { kHello, kAttach };
   Kind kind = Kind::kHello;
-  std::string claimed_pod;     // Hello: QUANTA_POD of a host process ("" when none)
-  std::string uuid;            // Attach: the device's UUID
-  bool observe = false;        // Attach: memory views only (kAttachObserve), never a slot
-  bool reports_quiet = false;  // Attach: kAttachReportsQuiet
+  std::string claimed_pod;            // Hello: QUANTA_POD of a host process ("" when none)
+  std::string uuid;                   // Attach: the device's UUID
+  bool observe = false;               // Attach: memory views only (kAttachObserve), never a slot
+  bool reports_quiet = false;         // Attach: kAttachReportsQuiet
   bool reports_unused_grant = false;  // Attach: kAttachReportsUnusedGrant
 };
 

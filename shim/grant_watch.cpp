@@ -1,17 +1,16 @@
-// A grant that goes unused. The arbiter grants the GPU to a process that wants it, and the
-// process's launcher, blocked at the gate, launches at once. When nothing comes (the want
-// was presumed from a busy release, or the launcher gave up), the GPU idles under the grant
-// until someone looks. The arbiter used to look idle_release after every grant, a wake-up
-// per switch that almost always found the holder busy; now the process's device thread,
-// awake anyway at the grant and while others wait, rings the doorbell once if the grant
-// stays unused that long, and the arbiter judges idleness from its own records at that ring.
+// The device thread's watch over a grant made while others wait: if the process launches
+// nothing under it for idle_release, the thread rings the doorbell once, so the arbiter need
+// not wake at every switch to look at the fresh holder (kAttachReportsUnusedGrant).
 #include "shim/link_state.h"
 
 namespace quanta::shim {
 
-// A launch under the grant shows as a moved launch stamp or queued work. A launch that came
-// before this thread first saw the turn is already in the stamp and reads as none: that
-// costs the arbiter one pass (it finds the holder busy), never a wrong decision.
+// The launcher the grant wakes normally launches at once. Nothing comes when the want was
+// presumed from a busy release or the launcher gave up, and the GPU would idle under the
+// grant until the holder's quantum ends. The arbiter judges idleness from its own records at
+// the ring. A launch under the grant shows as a moved launch stamp or queued work; one that
+// came before this thread first saw the turn is already in the stamp and reads as none,
+// which costs the arbiter one pass (it finds the holder busy), never a wrong decision.
 uint64_t ring_when_grant_unused(Binding* binding, const Route* route, uint64_t now) {
   GrantWatch& watch = binding->grant_watch;
   const uint32_t turn = route->slot->turn.load(std::memory_order_acquire);

@@ -179,7 +179,7 @@ struct Binding {
   // estimate, and the held turn whose quiet it rang about (0 once work is queued again).
   uint32_t quiet_turn = 0;
   uint32_t quiet_rung_turn = 0;
-  GrantWatch grant_watch;  // device thread only
+  GrantWatch grant_watch;                  // device thread only
   std::atomic<bool> handled_valid{false};  // cleared by a re-attach
 };
 
