@@ -283,6 +283,35 @@ TEST(Scheduler, BusyHoldersThatReportTheirQuietCostNoLooks) {
   EXPECT_LE(slow.log_ns[1], quiet_at + 5 * kNsPerMs) << "revoked late after the ring";
 }
 
+// Tenant 1 holds with work queued while tenant 2 waits; its quantum ends, it drains for
+// 3 ms and releases, its want read with the release or not, and tenant 2 is granted at
+// `*granted`. `rings`: both shims ring if a grant goes unused (kAttachReportsUnusedGrant).
+void hand_over_after_a_busy_quantum(Scheduler& sched, const SchedulerOptions& o, bool rings,
+                                    bool want_read, uint64_t* granted) {
+  uint64_t now = 1 * kNsPerSec;
+  grant_the_first_of_two(sched, now, true);
+  sched.set_reports_unused_grant(1, rings);
+  sched.set_reports_unused_grant(2, rings);
+  sched.set_reports_quiet(2, true);
+  ASSERT_EQ(sched.holder(), 1u);
+  sched.set_want(2, true, now);
+  sched.set_activity(1, now, 5 * kNsPerMs, now);
+  sched.decide(now);
+  now += o.quantum_ns;
+  std::vector<Action> actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 1u);
+  ASSERT_EQ(actions[0].kind, Action::Kind::kRevoke);
+  now += 3 * kNsPerMs;
+  sched.set_want(1, want_read, now);
+  sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
+  sched.released(1, now);
+  actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 1u);
+  ASSERT_EQ(actions[0].kind, Action::Kind::kGrant);
+  ASSERT_EQ(actions[0].slot, 2u);
+  *granted = now;
+}
+
 // A holder revoked while busy counts as wanting for idle_release after its release, since its
 // launcher sets want only once back at the gate. When that want is read with the release,
 // the presumption is not needed, nor the wake-up idle_release later that ends it: on a
@@ -292,21 +321,9 @@ TEST(Scheduler, ABusyReleaseWhoseWantIsReadWithItIsNotPresumed) {
   for (const bool want_read : {true, false}) {
     SCOPED_TRACE(want_read ? "want read with the release" : "no want yet");
     Scheduler sched(o);
-    uint64_t now = 1 * kNsPerSec;
-    grant_the_first_of_two(sched, now, true);
-    sched.set_reports_unused_grant(2, true);  // so the grantee's own look waits too
-    sched.set_want(2, true, now);
-    sched.set_activity(1, now, 5 * kNsPerMs, now);
-    sched.decide(now);
-    now += o.quantum_ns;
-    ASSERT_EQ(sched.decide(now).size(), 1u);  // the revoke, while busy
-    now += 3 * kNsPerMs;
-    sched.set_want(1, want_read, now);
-    sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
-    sched.released(1, now);
-    std::vector<Action> actions = sched.decide(now);
-    ASSERT_EQ(actions.size(), 1u);
-    ASSERT_EQ(actions[0].slot, 2u);
+    uint64_t now = 0;
+    // The grantee rings if unused, so its own look waits too.
+    ASSERT_NO_FATAL_FAILURE(hand_over_after_a_busy_quantum(sched, o, true, want_read, &now));
     EXPECT_EQ(sched.state(1), TenantState::kWaiting);
     if (want_read) {
       EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns) << "a wake-up for a want already read";
@@ -329,36 +346,16 @@ TEST(Scheduler, AFreshGrantWhoseShimRingsIfUnusedIsNotLookedAtBeforeItsQuantumsE
   for (const bool rings : {true, false}) {
     SCOPED_TRACE(rings ? "rings if unused" : "does not ring");
     Scheduler sched(o);
-    uint64_t now = 1 * kNsPerSec;
-    grant_the_first_of_two(sched, now, true);
-    sched.set_reports_unused_grant(1, rings);
-    sched.set_reports_unused_grant(2, rings);
-    sched.set_reports_quiet(2, true);
-    ASSERT_EQ(sched.holder(), 1u);
-    sched.set_want(2, true, now);
-    sched.set_activity(1, now, 5 * kNsPerMs, now);
-    sched.decide(now);
-    // Tenant 1's quantum ends; it drains and releases, still wanting (its launcher waits).
-    now += o.quantum_ns;
-    std::vector<Action> actions = sched.decide(now);
-    ASSERT_EQ(actions.size(), 1u);
-    ASSERT_EQ(actions[0].kind, Action::Kind::kRevoke);
-    now += 3 * kNsPerMs;
-    sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
-    sched.released(1, now);
-    actions = sched.decide(now);
-    ASSERT_EQ(actions.size(), 1u);
-    ASSERT_EQ(actions[0].kind, Action::Kind::kGrant);
-    ASSERT_EQ(actions[0].slot, 2u);
-    const uint64_t granted = now;
+    uint64_t granted = 0;
+    // Tenant 1 releases still wanting (its launcher waits at the gate).
+    ASSERT_NO_FATAL_FAILURE(hand_over_after_a_busy_quantum(sched, o, rings, true, &granted));
     if (!rings) {
       EXPECT_EQ(sched.next_deadline(), granted + o.idle_release_ns);
       continue;
     }
     EXPECT_EQ(sched.next_deadline(), granted + o.quantum_ns) << "looked at a fresh grant";
     // The ring idle_release later, nothing launched: revoked as idle at that pass.
-    now = granted + o.idle_release_ns;
-    actions = sched.decide(now);
+    std::vector<Action> actions = sched.decide(granted + o.idle_release_ns);
     ASSERT_EQ(actions.size(), 1u);
     EXPECT_EQ(actions[0].kind, Action::Kind::kRevoke);
     EXPECT_EQ(actions[0].slot, 2u);

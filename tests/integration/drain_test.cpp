@@ -73,6 +73,26 @@ bool admitted(World& world, const std::vector<pid_t>& pids) {
   });
 }
 
+// Two busy batch tenants of pods "a" and "b" that contend for the GPU: the change of the
+// GPU's counters (quantactl status) over `window_ms` after a second of contention.
+struct Contention {
+  Child a;
+  Child b;
+  nlohmann::json before;
+  nlohmann::json after;
+  uint64_t delta(const char* key) const { return after.value(key, 0ull) - before.value(key, 0ull); }
+};
+void contend(World& world, int window_ms, Contention* out) {
+  const std::string at = start_in(300);
+  out->a = world.spawn_tenant(batch(4.0, at), "a", true);
+  out->b = world.spawn_tenant(batch(4.0, at), "b", true);
+  ASSERT_TRUE(admitted(world, {out->a.pid(), out->b.pid()})) << world.arbiter_log();
+  sleep_ms(1000);  // both contend
+  out->before = status(world)["gpus"][0];
+  sleep_ms(window_ms);
+  out->after = status(world)["gpus"][0];
+}
+
 // A launcher waiting at the gate rings only when it publishes a want the arbiter has not
 // seen: the arbiter reads every want at each pass and heartbeat. Reminders once a second
 // from each of 64 waiters made the arbiter look at the GPU for nothing new; the undrain's
@@ -104,18 +124,12 @@ TEST(Drain, AWaiterAtADrainedGpuRingsOncePerWait) {
 TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   World world(test_name(), ArbiterConfig{.quantum = "50ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
   world.start_arbiter();
-  const std::string at = start_in(300);
-  Child a = world.spawn_tenant(batch(4.0, at), "a", true);
-  Child b = world.spawn_tenant(batch(4.0, at), "b", true);
-  ASSERT_TRUE(admitted(world, {a.pid(), b.pid()})) << world.arbiter_log();
-  sleep_ms(1000);  // both contend
-  const nlohmann::json before = status(world)["gpus"][0];
-  sleep_ms(1500);
-  const nlohmann::json after = status(world)["gpus"][0];
-  const uint64_t looks = after.value("holder_looks", 0ull) - before.value("holder_looks", 0ull);
-  const uint64_t passes = after.value("passes", 0ull) - before.value("passes", 0ull);
-  const uint64_t switches = after.value("switches", 0ull) - before.value("switches", 0ull);
-  const uint64_t rang = after.value("doorbells", 0ull) - before.value("doorbells", 0ull);
+  Contention c;
+  ASSERT_NO_FATAL_FAILURE(contend(world, 1500, &c));
+  const uint64_t looks = c.delta("holder_looks");
+  const uint64_t passes = c.delta("passes");
+  const uint64_t switches = c.delta("switches");
+  const uint64_t rang = c.delta("doorbells");
   EXPECT_GE(switches, 2u) << "the tenants did not take turns";
   // A look or two per grant (the grant's pass read the quiet of the holder's last release);
   // looking every idle_release made about 100 here.
@@ -126,8 +140,8 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   // through the grant (two per switch when it rang that too).
   EXPECT_LE(rang, switches + switches / 2 + 5)
       << "in 1.5 s of contention: " << rang << " rings for " << switches << " switches";
-  expect_clean_exit(a, "tenant a");
-  expect_clean_exit(b, "tenant b");
+  expect_clean_exit(c.a, "tenant a");
+  expect_clean_exit(c.b, "tenant b");
 }
 
 // A switch wakes the arbiter twice: at the quantum's end (the revoke) and at the release (the
@@ -137,25 +151,18 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
 TEST(Drain, AContendedGpuWakesTheArbiterTwicePerSwitch) {
   World world(test_name(), ArbiterConfig{.quantum = "20ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
   world.start_arbiter();
-  const std::string at = start_in(300);
-  Child a = world.spawn_tenant(batch(4.0, at), "a", true);
-  Child b = world.spawn_tenant(batch(4.0, at), "b", true);
-  ASSERT_TRUE(admitted(world, {a.pid(), b.pid()})) << world.arbiter_log();
-  sleep_ms(1000);  // both contend
-  const nlohmann::json before = status(world)["gpus"][0];
-  sleep_ms(2000);
-  const nlohmann::json after = status(world)["gpus"][0];
-  auto delta = [&](const char* key) { return after.value(key, 0ull) - before.value(key, 0ull); };
-  const uint64_t switches = delta("switches");
-  const uint64_t wakeups = delta("passes") + delta("holder_looks");
+  Contention c;
+  ASSERT_NO_FATAL_FAILURE(contend(world, 2000, &c));
+  const uint64_t switches = c.delta("switches");
+  const uint64_t wakeups = c.delta("passes") + c.delta("holder_looks");
   EXPECT_GE(switches, 20u) << "the tenants did not take turns";
   // Two per switch, a heartbeat's every 100 ms (the lease is 400 ms) and the status
   // requests: 196 for 88 switches here, 268 for 86 before.
   EXPECT_LE(wakeups, 2 * switches + switches / 4 + 30)
-      << "in 2 s of contention: " << delta("passes") << " passes and " << delta("holder_looks")
+      << "in 2 s of contention: " << c.delta("passes") << " passes and " << c.delta("holder_looks")
       << " looks at the holder for " << switches << " switches";
-  expect_clean_exit(a, "tenant a");
-  expect_clean_exit(b, "tenant b");
+  expect_clean_exit(c.a, "tenant a");
+  expect_clean_exit(c.b, "tenant b");
 }
 
 // The ring is what hands the GPU on: an interactive holder that finished its request is
