@@ -26,9 +26,9 @@
 // counted per thread and last_launch_ns is stamped precisely only when someone can use it:
 // at every launch while other tenants wait for this GPU (ControlHeader::waiters; the arbiter
 // decides idleness only then, and counts from the moment it published the waiters), and
-// otherwise at the first launch of each coarse clock tick (4 ms here), which keeps the
-// estimate alive for the adaptive quantum. The gap average divides the time between stamps
-// by the launches between them.
+// otherwise about once per coarse clock tick (4 ms here; note_launch reads that clock only
+// every few launches of a thread that keeps launching), which keeps the untracked estimate
+// alive. The gap average divides the time between stamps by the launches between them.
 #include "shim/link_state.h"
 #include "shim/real_driver.h"
 
@@ -159,6 +159,9 @@ void track_launch(Binding* binding, CUcontext context, CUstream stream) {
 // Launches counted here and added to GateChannel::launches in batches (at each activity
 // stamp, every kLaunchFlushBatch launches and when the thread ends).
 QUANTA_TLS constinit uint32_t t_pending_launches[kMaxGpus] = {};
+QUANTA_TLS constinit uint64_t t_clocked_tick[kMaxGpus] = {};
+QUANTA_TLS constinit uint32_t t_unclocked_skip[kMaxGpus] = {};
+QUANTA_TLS constinit uint32_t t_unclocked_left[kMaxGpus] = {};
 uint64_t g_coarse_tick_ns = 4 * kNsPerMs;
 
 void publish_pending_launches(uint32_t index) {
@@ -167,6 +170,31 @@ void publish_pending_launches(uint32_t index) {
   t_pending_launches[index] = 0;
   const Route* route = g_bindings[index].route.load(std::memory_order_acquire);
   if (route) route->channel->launches.fetch_add(pending, std::memory_order_relaxed);
+}
+
+void note_launch_rest(Binding* binding, const Route* route, uint32_t index, uint32_t pending) {
+  if (route->control->header.waiters.load(std::memory_order_relaxed) != 0) {
+    stamp_launch(binding, route, index, 0);
+    return;
+  }
+  if (t_unclocked_left[index] != 0) {
+    --t_unclocked_left[index];
+  } else {
+    const uint64_t tick = coarse_ns();
+    uint32_t skip = 0;
+    if (tick == t_clocked_tick[index]) {
+      skip = 2 * t_unclocked_skip[index] + 1;
+      if (skip > kMaxUnclockedLaunches) skip = kMaxUnclockedLaunches;
+    }
+    t_clocked_tick[index] = tick;
+    t_unclocked_skip[index] = skip;
+    t_unclocked_left[index] = skip;
+    if (tick != binding->stamped_tick.load(std::memory_order_relaxed)) {
+      stamp_launch(binding, route, index, tick);
+      return;
+    }
+  }
+  if (pending >= kLaunchFlushBatch) publish_pending_launches(index);
 }
 
 void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t tick) {
@@ -290,6 +318,9 @@ void activity_reset_in_child() {
     binding.work.last_retire_ns.store(0);
   }
   for (uint32_t& pending : t_pending_launches) pending = 0;
+  for (uint64_t& tick : t_clocked_tick) tick = 0;
+  for (uint32_t& skip : t_unclocked_skip) skip = 0;
+  for (uint32_t& left : t_unclocked_left) left = 0;
 }
 
 }  // namespace quanta::shim

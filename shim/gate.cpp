@@ -312,13 +312,19 @@ GateTry enter(CUcontext context, bool may_wait) {
 
 }  // namespace
 
+// mark_inside and mark_outside for a thread known to have its own record and the
+// asymmetric barrier, with the binding's index computed once.
 bool link_gate_enter_sole(Binding* sole) noexcept {
+  ThreadGate* gate = t_gate;
   const Route* route = sole->route.load(std::memory_order_acquire);
-  if (__builtin_expect(t_gate == nullptr || route == nullptr || t_in_link ||
+  if (__builtin_expect(gate == nullptr || route == nullptr || t_in_link ||
                            g_asymmetric.load(std::memory_order_relaxed) == 0,
                        0))
     return false;
-  mark_inside(sole);
+  std::atomic<uint8_t>& mark = gate->inside[binding_index(sole)];
+  const uint8_t outside = mark.load(std::memory_order_relaxed);
+  mark.store(static_cast<uint8_t>(outside + 1), std::memory_order_relaxed);
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // the compiler keeps the turn read after it
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
   // enter() turns tracking off again once nobody waits and no limit binds.
   if (__builtin_expect((turn & 1u) == 0 ||
@@ -326,15 +332,19 @@ bool link_gate_enter_sole(Binding* sole) noexcept {
                            binding_limit(route) != 0 ||
                            sole->tracking.load(std::memory_order_relaxed) != 0,
                        0)) {
-    mark_outside(sole);
+    mark.store(outside, std::memory_order_release);
     return false;
   }
   return true;
 }
 
 void link_gate_leave_sole(Binding* sole) noexcept {
-  mark_outside(sole);
-  if (const Route* route = sole->route.load(std::memory_order_acquire)) note_launch(sole, route);
+  const uint32_t index = binding_index(sole);
+  std::atomic<uint8_t>& mark = t_gate->inside[index];  // entered: the thread has its record
+  mark.store(static_cast<uint8_t>(mark.load(std::memory_order_relaxed) - 1),
+             std::memory_order_release);
+  if (const Route* route = sole->route.load(std::memory_order_acquire))
+    note_launch(sole, route, index);
 }
 
 bool link_gate_enter(CUcontext context) {

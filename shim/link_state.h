@@ -36,6 +36,9 @@ constexpr uint32_t kBusyRunLaunches = 4;  // short gaps in a row before the esti
 constexpr uint64_t kInflightClearSlackNs =
     200 * 1000;                             // lateness allowed before clearing the estimate
 constexpr uint32_t kLaunchFlushBatch = 64;  // thread-local launches published at most this late
+// A thread that keeps launching within one coarse tick reads the clock at most this many
+// launches apart (note_launch).
+constexpr uint32_t kMaxUnclockedLaunches = 31;
 constexpr uint32_t kMaxGateThreads =
     1024;  // threads with their own gate mark; later ones share a counter
 constexpr uint64_t kReconnectFirstNs = 100 * kNsPerMs;  // first retry after the arbiter went away
@@ -231,9 +234,14 @@ extern Process g_process;
 extern Binding g_bindings[kMaxGpus];
 
 // Per thread: the re-entrancy guard (a driver call made by the link itself must never come
-// back into the gate) and the launch counts not yet published (activity.cpp).
+// back into the gate), and per GPU the launch counts not yet published and note_launch's
+// clock reads: the tick it read last, the launches its last read let it count unclocked,
+// and how many of those are left (activity.cpp).
 extern QUANTA_TLS constinit bool t_in_link;
 extern QUANTA_TLS constinit uint32_t t_pending_launches[kMaxGpus];
+extern QUANTA_TLS constinit uint64_t t_clocked_tick[kMaxGpus];
+extern QUANTA_TLS constinit uint32_t t_unclocked_skip[kMaxGpus];
+extern QUANTA_TLS constinit uint32_t t_unclocked_left[kMaxGpus];
 
 struct InLink {
   bool previous;
@@ -322,20 +330,25 @@ inline bool should_track(const Route* route) {
          binding_limit(route) != 0;
 }
 
-// Counts a launch that passed the gate; stamps its time only when someone can use it.
-inline void note_launch(Binding* binding, const Route* route) {
-  const uint32_t index = binding_index(binding);
+// Counts a launch that passed the gate; stamps its time only when someone can use it: at
+// every launch while others wait, otherwise at the first clock read of each coarse tick.
+// A thread that reads the same tick again may skip further reads: 1, then 3, 7, ... up to
+// kMaxUnclockedLaunches launches, never more than it made in that tick so far. At a steady
+// rate a new tick is therefore stamped within about as long again, and a launch-bound loop
+// pays for the clock once every 32 launches. The rest is note_launch_rest (activity.cpp).
+void note_launch_rest(Binding* binding, const Route* route, uint32_t index, uint32_t pending);
+inline void note_launch(Binding* binding, const Route* route, uint32_t index) {
   const uint32_t pending = ++t_pending_launches[index];
-  if (route->control->header.waiters.load(std::memory_order_relaxed) != 0) {
-    stamp_launch(binding, route, index, 0);
+  if (__builtin_expect(route->control->header.waiters.load(std::memory_order_relaxed) == 0 &&
+                           t_unclocked_left[index] != 0 && pending < kLaunchFlushBatch,
+                       1)) {
+    --t_unclocked_left[index];
     return;
   }
-  const uint64_t tick = coarse_ns();
-  if (__builtin_expect(tick == binding->stamped_tick.load(std::memory_order_relaxed), 1)) {
-    if (__builtin_expect(pending >= kLaunchFlushBatch, 0)) publish_pending_launches(index);
-    return;
-  }
-  stamp_launch(binding, route, index, tick);
+  note_launch_rest(binding, route, index, pending);
+}
+inline void note_launch(Binding* binding, const Route* route) {
+  note_launch(binding, route, binding_index(binding));
 }
 
 // --- contexts.cpp: which binding a context's launches go through ---------------------
