@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "arbiter/ring.h"
 #include "arbiter/scheduler.h"
 
 namespace quanta::arbiter {
@@ -84,7 +85,7 @@ struct PodAccount {
   LatencyHistogram wait;          // want to grant
   LatencyHistogram drain;         // revoke to release
   std::deque<PodSample> history;  // one per tick, the last kHistoryTicks
-  std::deque<WaitRecord> waits;   // ended within the last kHistoryNs
+  Ring<WaitRecord> waits;         // ended within the last kHistoryNs
   double target_share = 0;        // at the last tick
 };
 

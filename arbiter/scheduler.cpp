@@ -57,9 +57,10 @@ Scheduler::Scheduler(SchedulerOptions options)
 // The decision.
 // ---------------------------------------------------------------------------------------
 
-std::vector<Action> Scheduler::decide(uint64_t now) {
+const std::vector<Action>& Scheduler::decide(uint64_t now) {
   trim(now);
-  std::vector<Action> out = std::move(pending_);
+  std::vector<Action>& out = decided_;
+  out.assign(pending_.begin(), pending_.end());
   pending_.clear();
   account(now);
   expire_presumed(now);

@@ -109,8 +109,9 @@ class Scheduler {
   bool idle() const;
 
   // --- decisions ---------------------------------------------------------------------
-  // Runs one decision: returns the grants, revokes and pass-overs to apply, in order.
-  std::vector<Action> decide(uint64_t now);
+  // Runs one decision: returns the grants, revokes and pass-overs to apply, in order. The
+  // list is the scheduler's own, valid until the next decide(), so a pass allocates nothing.
+  const std::vector<Action>& decide(uint64_t now);
   // When decide() must run again even if no event arrives; 0 = not needed.
   uint64_t next_deadline() const { return next_deadline_; }
   // The look decide() schedules, while someone waits, to see whether the holder went idle
@@ -256,7 +257,8 @@ class Scheduler {
   std::vector<SlotId> unreleased_;  // passed over with work perhaps still on the GPU
   std::optional<SlotId> holder_;
   std::optional<SlotId> overtaken_;
-  std::vector<Action> pending_;
+  std::vector<Action> pending_;  // decided between passes (set_policy), applied at the next
+  std::vector<Action> decided_;  // what decide() returned last
   bool closed_ = false;
   uint64_t next_deadline_ = 0;
   // next_deadline_'s parts: the holder's idle check, and every other reason (0: none).

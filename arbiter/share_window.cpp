@@ -31,9 +31,10 @@ void UsageLog::add(uint64_t start, uint64_t end, uint32_t divisor) {
 uint64_t UsageLog::used(uint64_t from, uint64_t to) const {
   uint64_t sum = 0;
   // Newest last: walk back until the pieces end before the window.
-  for (auto it = pieces_.rbegin(); it != pieces_.rend(); ++it) {
-    if (it->end <= from) break;
-    sum += overlap(it->start, it->end, from, to) / it->divisor;
+  for (size_t i = pieces_.size(); i-- > 0;) {
+    const Piece& p = pieces_[i];
+    if (p.end <= from) break;
+    sum += overlap(p.start, p.end, from, to) / p.divisor;
   }
   return sum;
 }

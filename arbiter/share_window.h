@@ -4,7 +4,8 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
+
+#include "arbiter/ring.h"
 
 namespace quanta::arbiter {
 
@@ -24,11 +25,11 @@ class UsageLog {
 
  private:
   struct Piece {
-    uint64_t start;
-    uint64_t end;
-    uint32_t divisor;
+    uint64_t start = 0;
+    uint64_t end = 0;
+    uint32_t divisor = 1;
   };
-  std::deque<Piece> pieces_;
+  Ring<Piece> pieces_;  // oldest first
 };
 
 // A share as a token bucket. For a guaranteed minimum share: while the pod wants the GPU (and is
