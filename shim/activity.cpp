@@ -234,8 +234,12 @@ void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t
     channel->inflight_ns.store(estimate, std::memory_order_relaxed);
 }
 
-// A stamp made while nobody waited (stamped_tick set) may be up to one coarse tick older
-// than the latest launch, so it counts from the end of that tick.
+// A stamp made while nobody waited (stamped_tick set) may be older than the latest launch:
+// by the rest of its coarse tick, and by the launches note_launch then counted without
+// reading the clock (never more than the thread made in the tick before, so at a steady
+// rate about one tick more). It counts from the end of that tick, which at a steady rate
+// still keeps the estimate alive until the next launch; with others waiting every launch is
+// stamped precisely.
 uint64_t refresh_inflight(Binding* binding, const Route* route, uint64_t now) {
   GateChannel* channel = route->channel;
   WorkTracker& work = binding->work;

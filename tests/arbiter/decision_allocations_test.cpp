@@ -9,8 +9,8 @@
 #include <string>
 
 #include "arbiter/accounting.h"
-#include "common/clock.h"
 #include "arbiter/scheduler.h"
+#include "common/clock.h"
 
 namespace {
 

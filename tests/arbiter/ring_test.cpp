@@ -1,10 +1,10 @@
 // The arbiter's first-in, first-out ring (arbiter/ring.h): order kept across wrap-around and
 // growth, and no new storage once it is as long as it gets.
+#include "arbiter/ring.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "arbiter/ring.h"
 
 namespace quanta::arbiter {
 namespace {

@@ -20,7 +20,8 @@ int g_coarse_reads = 0;
 }  // namespace
 
 extern "C" int clock_gettime(clockid_t clock, timespec* ts) noexcept {
-  if (clock != CLOCK_MONOTONIC_COARSE) return static_cast<int>(syscall(SYS_clock_gettime, clock, ts));
+  if (clock != CLOCK_MONOTONIC_COARSE)
+    return static_cast<int>(syscall(SYS_clock_gettime, clock, ts));
   ++g_coarse_reads;
   ts->tv_sec = static_cast<time_t>(g_coarse_now / quanta::common::kNsPerSec);
   ts->tv_nsec = static_cast<long>(g_coarse_now % quanta::common::kNsPerSec);
@@ -91,7 +92,8 @@ TEST(LaunchStamp, ANewTickIsStampedWithinAsManyLaunchesAsTheTickBefore) {
       ++launches;
     }
     EXPECT_GE(launches, 1);
-    EXPECT_LE(launches, std::min(before, 32)) << "after " << before << " launches in the tick before";
+    EXPECT_LE(launches, std::min(before, 32))
+        << "after " << before << " launches in the tick before";
     EXPECT_EQ(holder.launches_published(), static_cast<uint64_t>(before + launches));
   }
 }
