@@ -50,6 +50,9 @@ struct Gpu {
   // The scheduler's next deadline (CLOCK_MONOTONIC ns; 0: none): the event loop's wait ends
   // there, and after_events sees it fall due.
   uint64_t deadline = 0;
+  // How late that deadline may be served (Scheduler::latest_deadline): the loop wakes once
+  // for every GPU whose deadline falls before the earliest of these.
+  uint64_t latest = 0;
   std::map<SlotId, pid_t> slot_pids;  // admitted slots on this GPU
   // The same slots' gate channels in slot order (rebuilt by Arbiter::index_channels whenever
   // slot_pids changes): a decision pass reads every tenant through it, without a lookup per
@@ -130,6 +133,9 @@ class Arbiter final : public TenantApi, public AdminApi {
   void record_node();
   // arbiter.cpp: the loop's work
   void heartbeat();
+  // When the loop must wake for the GPUs' deadlines (0: none): at the latest deadline that
+  // is still before every GPU's latest, so one wake-up serves all of them that fall there.
+  uint64_t shared_wakeup() const;
   void after_events();
   void sync_and_decide(Gpu& gpu);
   // A deadline with nothing else new: true when the holder's hints showed it still busy

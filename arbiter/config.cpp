@@ -102,6 +102,20 @@ class Reader {
     return ns;
   }
 
+  // A part of the quantum from "0%" to "50%" (or 0 to 0.5).
+  uint32_t slack_value(const toml::node& node, const std::string& key) const {
+    constexpr uint32_t kMaxPpm = common::kShareScale / 2;
+    const char* allowed = "use a part of the quantum from \"0%\" to \"50%\" (\"10%\", 0.1)";
+    std::string text;
+    if (!value_text(node, &text)) fail(node, key, allowed);
+    if (text == "0" || text == "0%" || text == "0.0") return 0;
+    uint32_t ppm = 0;
+    common::ParseError err;
+    if (!common::parse_share(text, &ppm, &err)) fail(node, key, std::string(err.text) + ": " + allowed);
+    if (ppm > kMaxPpm) fail(node, key, "\"" + text + "\" is more than half a quantum: " + allowed);
+    return ppm;
+  }
+
   void policy_value(const toml::node& node, const std::string& section, std::string_view key,
                     common::Policy* policy) const {
     std::string full = section + "." + std::string(key);
@@ -371,12 +385,16 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     const toml::table& sched = r.table_value(*n, "scheduler");
     r.check_keys(sched, "[scheduler]",
                  {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease",
-                  "idle_release", "drain_overlap"});
+                  "idle_release", "drain_overlap", "quantum_slack"});
     SchedulerConfig& s = cfg.scheduler;
     for (auto&& [k, v] : sched) {
       std::string key = "scheduler." + std::string(k.str());
       if (k == "drain_overlap") {
         s.drain_overlap = r.bool_value(v, key);
+        continue;
+      }
+      if (k == "quantum_slack") {
+        s.quantum_slack_ppm = r.slack_value(v, key);
         continue;
       }
       uint64_t ns = r.duration_value(v, key);

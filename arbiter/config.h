@@ -22,6 +22,7 @@ struct SchedulerConfig {
   uint64_t lease_ns = 1'000'000'000;         // tenants lapse to ungated launches after this
   uint64_t idle_release_ns = 2'000'000;      // an idle holder is revoked early when others wait
   bool drain_overlap = true;  // an interactive preemptor starts while the old holder drains
+  uint32_t quantum_slack_ppm = 100'000;  // how late a quantum may end to share a wake-up
 };
 
 // What the node enforces against tenants (see SECURITY.md). Applies to processes in

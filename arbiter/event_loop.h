@@ -73,6 +73,33 @@ class EventLoop {
   bool precise_wait_ = true;  // epoll_pwait2 works (Linux 5.11+); else millisecond waits
 };
 
+// A deadline that may be served anywhere from `at` to `latest` (CLOCK_MONOTONIC ns; `at`
+// 0: none; `latest` below `at` counts as `at`).
+struct DeadlineWindow {
+  uint64_t at = 0;
+  uint64_t latest = 0;
+};
+
+// When to wake for several deadline windows (0: none): at the latest `at` that is not past
+// any window's `latest`, so that one wake-up serves every window whose `at` falls up to it.
+// A window alone is served at its `at`. `window(item)` gives an item's DeadlineWindow.
+template <typename Range, typename Window>
+uint64_t shared_wakeup(const Range& items, Window window) {
+  uint64_t bound = 0;
+  for (const auto& item : items) {
+    const DeadlineWindow w = window(item);
+    if (w.at == 0) continue;
+    const uint64_t latest = w.latest > w.at ? w.latest : w.at;
+    if (bound == 0 || latest < bound) bound = latest;
+  }
+  uint64_t wake = 0;
+  for (const auto& item : items) {
+    const DeadlineWindow w = window(item);
+    if (w.at != 0 && w.at <= bound && w.at > wake) wake = w.at;
+  }
+  return wake;
+}
+
 // A CLOCK_MONOTONIC timerfd armed at absolute deadlines (0 disarms).
 class Timer {
  public:

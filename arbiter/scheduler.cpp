@@ -22,6 +22,11 @@ uint64_t sat_sub(uint64_t a, uint64_t b) {
 // (and a credit that shrinks by halves would have it look again every nanosecond).
 constexpr uint64_t kRecheckGrainNs = 10'000;
 
+// The earlier of two deadlines, where 0 is none.
+uint64_t earliest(uint64_t a, uint64_t b) {
+  return a == 0 ? b : b == 0 ? a : std::min(a, b);
+}
+
 uint32_t lane_of(common::Priority p) {
   return static_cast<uint32_t>(p);
 }
@@ -84,12 +89,14 @@ const std::vector<Action>& Scheduler::decide(uint64_t now) {
     if (!changed) break;
   }
   const Verdict verdict = holder_ ? judge_holder(now) : Verdict{};
-  other_deadline_ns_ = next_wakeup(now, verdict);
+  const uint64_t exact = next_wakeup(now, verdict);
+  const uint64_t quantum_end = verdict.quantum_end_ns;
+  const uint64_t slack = quantum_end == 0 ? 0 : slack_of(tenants_[*holder_]);
+  other_deadline_ns_ = earliest(exact, quantum_end);
+  other_latest_ns_ = earliest(exact, quantum_end == 0 ? 0 : quantum_end + slack);
   idle_check_ns_ = verdict.idle_check_ns;
-  next_deadline_ = other_deadline_ns_ == 0 ||
-                           (idle_check_ns_ != 0 && idle_check_ns_ < other_deadline_ns_)
-                       ? idle_check_ns_
-                       : other_deadline_ns_;
+  next_deadline_ = earliest(other_deadline_ns_, idle_check_ns_);
+  latest_deadline_ = latest_of_next();
   return out;
 }
 
@@ -171,12 +178,13 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
       v.reason = Revoke::kQuantumEnd;
       return v;
     }
-    recheck(h.quantum_end_ns);
+    v.quantum_end_ns = std::max(h.quantum_end_ns, now + kRecheckGrainNs);
   }
   // An owed holder's rank drops when its credit is spent (never sooner than this).
   if (mine.owed()) recheck(now + std::max<uint64_t>(hp.credit.credit(), 1));
   // The tenant's hints move without events: look again when they would call it idle.
-  if (looks_for_idleness(h)) idle_check(idle_look_ns(h, now, v.recheck_ns));
+  if (looks_for_idleness(h))
+    idle_check(idle_look_ns(h, now, earliest(v.recheck_ns, v.quantum_end_ns)));
   return v;
 }
 
@@ -267,6 +275,15 @@ uint64_t Scheduler::next_wakeup(uint64_t now, const Verdict& v) const {
   return next;
 }
 
+// An idle check that falls before the other deadlines is due exactly; one at or after them
+// is served by the pass they bring, late or not, like the quantum's end it waits for.
+uint64_t Scheduler::latest_of_next() const {
+  if (next_deadline_ == 0) return 0;
+  if (idle_check_ns_ != 0 && (other_deadline_ns_ == 0 || idle_check_ns_ < other_deadline_ns_))
+    return idle_check_ns_;
+  return other_latest_ns_;
+}
+
 bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now) {
   if (!holder_ || idle_check_ns_ == 0 || now < idle_check_ns_) return false;
   if (other_deadline_ns_ != 0 && other_deadline_ns_ <= now) return false;
@@ -277,12 +294,13 @@ bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_n
   if (!looks_for_idleness(h)) {  // busy, and it rings once its work runs out
     idle_check_ns_ = 0;
     next_deadline_ = other_deadline_ns_;
+    latest_deadline_ = latest_of_next();
     return true;
   }
   // As judge_holder would set it now: nothing it reads but these hints and the time moved.
   idle_check_ns_ = std::max(idle_look_ns(h, now, other_deadline_ns_), now + kRecheckGrainNs);
-  next_deadline_ =
-      other_deadline_ns_ == 0 ? idle_check_ns_ : std::min(other_deadline_ns_, idle_check_ns_);
+  next_deadline_ = earliest(other_deadline_ns_, idle_check_ns_);
+  latest_deadline_ = latest_of_next();
   return true;
 }
 
@@ -769,6 +787,10 @@ uint64_t Scheduler::quantum_of(const Tenant& t) const {
     q = std::max(q, std::min(stretch, round_cap));
   }
   return std::clamp(q, options_.quantum_min_ns, options_.quantum_max_ns);
+}
+
+uint64_t Scheduler::slack_of(const Tenant& t) const {
+  return quantum_of(t) / 1000 * options_.quantum_slack_ppm / 1000;
 }
 
 uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {

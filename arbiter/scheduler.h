@@ -33,6 +33,10 @@ struct SchedulerOptions {
   // drains its queued work (false: strictly one tenant on the GPU at a time, and the
   // holder keeps quantum_min first).
   bool drain_overlap = true;
+  // How late a quantum may end, in ppm of the quantum, when the arbiter serves another
+  // GPU's deadline then (0: every quantum ends on time). The extra time is charged like
+  // the rest of the hold, so shares do not move; only the quantum's length does.
+  uint32_t quantum_slack_ppm = 100'000;
 };
 
 enum class TenantState { kIdle, kWaiting, kHolding, kRevoking, kPassedOver };
@@ -114,6 +118,10 @@ class Scheduler {
   const std::vector<Action>& decide(uint64_t now);
   // When decide() must run again even if no event arrives; 0 = not needed.
   uint64_t next_deadline() const { return next_deadline_; }
+  // How late next_deadline() may be served (0 when it is 0). A quantum's end may slip by
+  // quantum_slack of the quantum, so the arbiter can end the quanta of several GPUs with
+  // one wake-up; every other deadline is due exactly, and this is then next_deadline().
+  uint64_t latest_deadline() const { return latest_deadline_; }
   // The look decide() schedules, while someone waits, to see whether the holder went idle
   // needs no decision when the holder has worked since: given its latest hints, this moves
   // that look and returns true when the deadline that fell due was that look alone and the
@@ -161,6 +169,9 @@ class Scheduler {
     // When the holder's hints would call it idle (0: the verdict does not wait on that);
     // kept apart from recheck_ns so that look can move without a decision.
     uint64_t idle_check_ns = 0;
+    // The holder's quantum's end, when a waiter of its rank waits for it (0: none); kept
+    // apart from recheck_ns because it may be served late.
+    uint64_t quantum_end_ns = 0;
   };
   // The order of claims: a pod owed its minimum first, then the class. Lower is better.
   struct Rank {
@@ -221,6 +232,7 @@ class Scheduler {
   std::optional<SlotId> pick(uint64_t now, std::optional<SlotId> excluding) const;
   void grant(SlotId slot, uint64_t now);
   uint64_t next_wakeup(uint64_t now, const Verdict& v) const;
+  uint64_t latest_of_next() const;
 
   // Bookkeeping.
   Rank rank_of(const Tenant& t, uint64_t now) const;
@@ -239,6 +251,7 @@ class Scheduler {
   bool rings_if_unused(const Tenant& h) const;
   uint64_t idle_look_ns(const Tenant& h, uint64_t now, uint64_t recheck_ns) const;
   uint64_t quantum_of(const Tenant& t) const;
+  uint64_t slack_of(const Tenant& t) const;  // how late its quantum may end
   bool interactive_recent(uint64_t now) const;
   uint32_t active_interactive() const;
   void set_state(Tenant& t, TenantState state, uint64_t now);
@@ -264,6 +277,10 @@ class Scheduler {
   // next_deadline_'s parts: the holder's idle check, and every other reason (0: none).
   uint64_t idle_check_ns_ = 0;
   uint64_t other_deadline_ns_ = 0;
+  // How late other_deadline_ns_ may be served (the quantum's end plus its slack, or the
+  // earliest exact deadline), and latest_deadline()'s value.
+  uint64_t other_latest_ns_ = 0;
+  uint64_t latest_deadline_ = 0;
   uint64_t accounted_ns_ = 0;  // on-GPU tenants are charged up to here
   uint64_t next_trim_ns_ = 0;
   uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods

@@ -32,6 +32,7 @@ TEST(Config, EmptyFileGivesDefaults) {
   EXPECT_EQ(c.scheduler.lease_ns, 1'000'000'000u);
   EXPECT_EQ(c.scheduler.idle_release_ns, 2'000'000u);
   EXPECT_TRUE(c.scheduler.drain_overlap);
+  EXPECT_EQ(c.scheduler.quantum_slack_ppm, 100'000u);
   EXPECT_EQ(c.defaults.weight, 1u);
   EXPECT_EQ(c.defaults.priority, common::Priority::kBatch);
   EXPECT_EQ(c.defaults.max_share_ppm, common::kShareScale);
@@ -56,6 +57,7 @@ revoke_timeout = "200ms"
 lease = "400ms"
 idle_release = "1ms"
 drain_overlap = false
+quantum_slack = "5%"
 
 [defaults]
 weight = 2
@@ -87,6 +89,7 @@ priority = "best-effort"
   EXPECT_EQ(c.scheduler.lease_ns, 400'000'000u);
   EXPECT_EQ(c.scheduler.idle_release_ns, 1'000'000u);
   EXPECT_FALSE(c.scheduler.drain_overlap);
+  EXPECT_EQ(c.scheduler.quantum_slack_ppm, 50'000u);
   EXPECT_EQ(c.defaults.weight, 2u);
   EXPECT_EQ(c.defaults.priority, common::Priority::kInteractive);
   EXPECT_EQ(c.defaults.max_share_ppm, 500'000u);
@@ -160,6 +163,29 @@ TEST(Config, QuantumOutsideItsBoundsIsRefused) {
   std::string e = refusal("[scheduler]\nquantum = \"200ms\"\n");
   EXPECT_NE(e.find("scheduler.quantum"), std::string::npos) << e;
   EXPECT_NE(e.find("quantum_min <= quantum <= quantum_max"), std::string::npos) << e;
+}
+
+TEST(Config, QuantumSlackIsAPartOfTheQuantumUpToHalf) {
+  EXPECT_EQ(parse_config("[scheduler]\nquantum_slack = \"0%\"\n", "t").scheduler.quantum_slack_ppm,
+            0u);
+  EXPECT_EQ(parse_config("[scheduler]\nquantum_slack = 0\n", "t").scheduler.quantum_slack_ppm, 0u);
+  EXPECT_EQ(parse_config("[scheduler]\nquantum_slack = 0.25\n", "t").scheduler.quantum_slack_ppm,
+            250'000u);
+  EXPECT_EQ(parse_config("[scheduler]\nquantum_slack = \"50%\"\n", "t").scheduler.quantum_slack_ppm,
+            500'000u);
+
+  std::string e = refusal("[scheduler]\nquantum_slack = \"60%\"\n");
+  EXPECT_NE(e.find("test.toml:2:17"), std::string::npos) << e;
+  EXPECT_NE(e.find("scheduler.quantum_slack"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than half a quantum"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"0%\" to \"50%\""), std::string::npos) << e;
+
+  e = refusal("[scheduler]\nquantum_slack = \"2ms\"\n");
+  EXPECT_NE(e.find("scheduler.quantum_slack"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"0%\" to \"50%\""), std::string::npos) << e;
+
+  e = refusal("[scheduler]\nquantum_slack = true\n");
+  EXPECT_NE(e.find("scheduler.quantum_slack"), std::string::npos) << e;
 }
 
 TEST(Config, SyntaxErrorGivesPlace) {

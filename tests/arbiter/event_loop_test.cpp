@@ -1,5 +1,6 @@
 // The arbiter's event loop: waits that end at the deadline the arbiter keeps (no timerfd per
-// GPU), and edge-triggered eventfds whose every write is an event though nothing reads them.
+// GPU), one wake-up shared by the GPUs' deadlines that may wait for each other, and
+// edge-triggered eventfds whose every write is an event though nothing reads them.
 #include <gtest/gtest.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -18,6 +19,23 @@ namespace {
 
 using common::monotonic_ns;
 constexpr uint64_t kMs = 1000000;
+
+TEST(SharedWakeup, DeadlinesThatMayWaitForEachOtherShareOneWakeUp) {
+  auto wake = [](std::vector<DeadlineWindow> windows) {
+    return shared_wakeup(windows, [](const DeadlineWindow& w) { return w; });
+  };
+  EXPECT_EQ(wake({}), 0u);
+  EXPECT_EQ(wake({{0, 0}, {0, 0}}), 0u) << "no deadline, no wake-up";
+  EXPECT_EQ(wake({{100, 100}}), 100u) << "an exact deadline alone";
+  EXPECT_EQ(wake({{100, 120}}), 100u) << "a window alone is served at its start";
+  EXPECT_EQ(wake({{100, 120}, {110, 110}}), 110u) << "one wake-up for both";
+  EXPECT_EQ(wake({{100, 120}, {115, 130}, {118, 140}}), 118u) << "three quanta in one wake-up";
+  EXPECT_EQ(wake({{100, 120}, {121, 130}}), 100u) << "apart: the first is not kept waiting";
+  EXPECT_EQ(wake({{100, 120}, {105, 105}, {110, 130}}), 105u)
+      << "never past an exact deadline";
+  EXPECT_EQ(wake({{100, 50}, {101, 101}}), 100u) << "a latest before its start counts as exact";
+  EXPECT_EQ(wake({{0, 0}, {100, 120}, {0, 0}, {119, 119}}), 119u) << "GPUs without a deadline";
+}
 
 TEST(EventLoop, AWaitEndsAtTheNextDeadlineAndAfterEventsSeesItDue) {
   EventLoop loop;

@@ -141,6 +141,10 @@ class Sim {
                                      working_now ? m.queued_ns : 0, now);
   }
 
+  // Serve each of the scheduler's deadlines at latest_deadline(), as late as the arbiter
+  // may when it waits for other GPUs' deadlines, instead of at next_deadline().
+  bool late_deadlines = false;
+
   // Runs until `until`, from event to event. A wake-up with no tenant event due, only the
   // scheduler's deadline, goes through look_at_holder first, as in the arbiter.
   void run_until(uint64_t until) {
@@ -160,7 +164,7 @@ class Sim {
         if (m.drain_left != 0 && now + m.drain_left * sharing < events)
           events = now + m.drain_left * sharing;
       }
-      const uint64_t d = sched.next_deadline();
+      const uint64_t d = late_deadlines ? sched.latest_deadline() : sched.next_deadline();
       uint64_t next = std::min(until, events);
       if (d != 0 && d < next) next = d;
       deadline_only = d != 0 && next == d && d < events && d < until;

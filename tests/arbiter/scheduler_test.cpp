@@ -210,6 +210,91 @@ TEST(Scheduler, AHolderThatReportsItsQuietIsLookedAtOnlyOnceItsWorkRanOut) {
   EXPECT_LT(now, granted + o.quantum_ns);
 }
 
+// A quantum's end may be served up to quantum_slack of the quantum late (the arbiter then
+// ends the quanta of several GPUs with one wake-up); the pass that comes then revokes the
+// holder as one on time would. Every other deadline is exact: the minimum hold before an
+// outranking waiter, and an idle check that falls before the quantum's end.
+TEST(Scheduler, AQuantumsEndMayBeServedUpToItsSlackLateAndNothingElseMay) {
+  SchedulerOptions o = idle_check_options();
+  ASSERT_EQ(o.quantum_slack_ppm, 100'000u) << "the default slack is a tenth of the quantum";
+  {
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    ASSERT_EQ(sched.holder(), 1u);
+    EXPECT_EQ(sched.next_deadline(), 0u) << "nobody waits: no deadline";
+    EXPECT_EQ(sched.latest_deadline(), 0u);
+    const uint64_t granted = now;
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    EXPECT_TRUE(sched.decide(now).empty());
+    EXPECT_EQ(sched.next_deadline(), granted + o.quantum_ns);
+    EXPECT_EQ(sched.latest_deadline(), granted + o.quantum_ns + o.quantum_ns / 10);
+    now = sched.latest_deadline();
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    const std::vector<Action> actions = sched.decide(now);
+    ASSERT_EQ(actions.size(), 1u);
+    EXPECT_EQ(actions[0], (Action{Action::Kind::kRevoke, 1}));
+  }
+  {
+    SchedulerOptions exact = o;
+    exact.quantum_slack_ppm = 0;
+    Scheduler sched(exact);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns);
+    EXPECT_EQ(sched.latest_deadline(), now + o.quantum_ns) << "no slack: on time";
+  }
+  {
+    // A holder that does not report its quiet is looked at for idleness first: exactly.
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, false);
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 0, now);
+    sched.decide(now);
+    EXPECT_EQ(sched.next_deadline(), now + o.idle_release_ns);
+    EXPECT_EQ(sched.latest_deadline(), now + o.idle_release_ns);
+  }
+  {
+    // An interactive waiter (no drain overlap) takes the GPU at the minimum hold: exactly.
+    SchedulerOptions strict = o;
+    strict.drain_overlap = false;
+    Scheduler sched(strict);
+    uint64_t now = 1 * kNsPerSec;
+    sched.set_pod_policy(2, priority(Priority::kInteractive), now);
+    grant_the_first_of_two(sched, now, true);
+    ASSERT_EQ(sched.holder(), 1u);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.set_want(2, true, now);
+    sched.decide(now);
+    EXPECT_EQ(sched.next_deadline(), now + o.quantum_min_ns);
+    EXPECT_EQ(sched.latest_deadline(), now + o.quantum_min_ns);
+  }
+}
+
+// Served as late as their slack allows, quanta keep the shares: two busy tenants of weights
+// 1 and 3 still split the GPU 1:3, with quanta a tenth longer than those served on time.
+TEST(Scheduler, QuantaServedAtTheEndOfTheirSlackKeepTheWeights) {
+  std::map<bool, uint64_t> grants;
+  for (bool late : {false, true}) {
+    Sim sim(contention_options());
+    sim.late_deadlines = late;
+    contend_one_to_three(sim, true);
+    const double total = static_cast<double>(sim.held_ns(1) + sim.held_ns(2));
+    ASSERT_GT(total, 3.5 * kNsPerSec);
+    EXPECT_NEAR(sim.held_ns(1) / total, 0.25, 0.02) << (late ? "late" : "on time");
+    EXPECT_NEAR(sim.held_ns(2) / total, 0.75, 0.02) << (late ? "late" : "on time");
+    grants[late] = sim.count(Action::Kind::kGrant, 1) + sim.count(Action::Kind::kGrant, 2);
+  }
+  EXPECT_LE(grants[true] * 105, grants[false] * 100)
+      << "served late, each quantum runs into its slack: " << grants[true] << " grants against "
+      << grants[false] << " on time";
+}
+
 // A holder that claims to report its quiet and never rings keeps the grant no longer than a
 // busy holder: its quantum's end revokes it. A capped pod's holder is looked at for
 // idleness whatever its shim claims (its ceiling counts held time, idle or not).
