@@ -96,7 +96,6 @@ const std::vector<Action>& Scheduler::decide(uint64_t now) {
   other_latest_ns_ = earliest(exact, quantum_end == 0 ? 0 : quantum_end + slack);
   idle_check_ns_ = verdict.idle_check_ns;
   next_deadline_ = earliest(other_deadline_ns_, idle_check_ns_);
-  latest_deadline_ = latest_of_next();
   return out;
 }
 
@@ -277,7 +276,7 @@ uint64_t Scheduler::next_wakeup(uint64_t now, const Verdict& v) const {
 
 // An idle check that falls before the other deadlines is due exactly; one at or after them
 // is served by the pass they bring, late or not, like the quantum's end it waits for.
-uint64_t Scheduler::latest_of_next() const {
+uint64_t Scheduler::latest_deadline() const {
   if (next_deadline_ == 0) return 0;
   if (idle_check_ns_ != 0 && (other_deadline_ns_ == 0 || idle_check_ns_ < other_deadline_ns_))
     return idle_check_ns_;
@@ -294,13 +293,11 @@ bool Scheduler::postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_n
   if (!looks_for_idleness(h)) {  // busy, and it rings once its work runs out
     idle_check_ns_ = 0;
     next_deadline_ = other_deadline_ns_;
-    latest_deadline_ = latest_of_next();
     return true;
   }
   // As judge_holder would set it now: nothing it reads but these hints and the time moved.
   idle_check_ns_ = std::max(idle_look_ns(h, now, other_deadline_ns_), now + kRecheckGrainNs);
   next_deadline_ = earliest(other_deadline_ns_, idle_check_ns_);
-  latest_deadline_ = latest_of_next();
   return true;
 }
 

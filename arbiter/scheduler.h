@@ -121,7 +121,7 @@ class Scheduler {
   // How late next_deadline() may be served (0 when it is 0). A quantum's end may slip by
   // quantum_slack of the quantum, so the arbiter can end the quanta of several GPUs with
   // one wake-up; every other deadline is due exactly, and this is then next_deadline().
-  uint64_t latest_deadline() const { return latest_deadline_; }
+  uint64_t latest_deadline() const;
   // The look decide() schedules, while someone waits, to see whether the holder went idle
   // needs no decision when the holder has worked since: given its latest hints, this moves
   // that look and returns true when the deadline that fell due was that look alone and the
@@ -232,7 +232,6 @@ class Scheduler {
   std::optional<SlotId> pick(uint64_t now, std::optional<SlotId> excluding) const;
   void grant(SlotId slot, uint64_t now);
   uint64_t next_wakeup(uint64_t now, const Verdict& v) const;
-  uint64_t latest_of_next() const;
 
   // Bookkeeping.
   Rank rank_of(const Tenant& t, uint64_t now) const;
@@ -278,9 +277,8 @@ class Scheduler {
   uint64_t idle_check_ns_ = 0;
   uint64_t other_deadline_ns_ = 0;
   // How late other_deadline_ns_ may be served (the quantum's end plus its slack, or the
-  // earliest exact deadline), and latest_deadline()'s value.
+  // earliest exact deadline).
   uint64_t other_latest_ns_ = 0;
-  uint64_t latest_deadline_ = 0;
   uint64_t accounted_ns_ = 0;  // on-GPU tenants are charged up to here
   uint64_t next_trim_ns_ = 0;
   uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods
