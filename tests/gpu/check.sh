@@ -10,7 +10,8 @@
 # --sim runs the identical checks on simgpu (CI does, so the kit never rots); --kit names
 # the folder holding bin/, lib/ and sim/ (`make gpu-kit` output, or a build folder; by
 # default the folder this script sits in when it has bin/, else the repo's build/).
-# Results: results.json and results.md under $OUT when set, else ./gpu-results/.
+# Results: results.json and results.md under $OUT when set, else ./gpu-results/, with
+# logs.tar.gz: the arbiter's log and every tenant's and scenario's output, for diagnosis.
 set -uo pipefail
 
 mode=real
@@ -44,10 +45,12 @@ arbiter_pid=
 cleanup() {
   [[ -n $arbiter_pid ]] && kill "$arbiter_pid" 2>/dev/null
   wait 2>/dev/null
+  tar -czf "$out/logs.tar.gz" -C "$work" --exclude='*.sock' . 2>/dev/null
   rm -f /dev/shm/quanta-check-$$.* /dev/shm/simgpu-check-$$* 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 # record NAME PASS|FAIL|SKIP "detail" [figures-json]
 record() {
@@ -103,7 +106,17 @@ memory_limit = $cap
 [pod."check/neighbour"]
 weight = 1
 TOML
-"$kit/bin/quanta-arbiter" --foreground --config "$work/quanta.toml" 2>"$work/arbiter.log" &
+# The /metrics library's own dependencies come from the kit only where this machine lacks
+# them (a minimal CUDA image may have no brotli).
+arbiter_env=()
+missing=$(ldd "$kit/bin/quanta-arbiter" 2>/dev/null | awk '/not found/ {print $1}')
+if [[ -n $missing && -d $kit/lib/fallback ]]; then
+  mkdir -p "$work/fallback"
+  for lib in $missing; do [[ -e $kit/lib/fallback/$lib ]] && ln -s "$kit/lib/fallback/$lib" "$work/fallback/$lib"; done
+  arbiter_env=(env "LD_LIBRARY_PATH=$work/fallback${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
+  echo "check.sh: using the kit's copies of $(echo $missing) for quanta-arbiter" >&2
+fi
+"${arbiter_env[@]}" "$kit/bin/quanta-arbiter" --foreground --config "$work/quanta.toml" 2>"$work/arbiter.log" &
 arbiter_pid=$!
 for _ in $(seq 100); do [[ -S $work/tenant.sock ]] && break; sleep 0.05; done
 if [[ ! -S $work/tenant.sock ]]; then
