@@ -217,11 +217,17 @@ if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1
       record "$name" FAIL "$(tail -n 1 "$work/$name.json" "$work/$name.err" | tr '\n' ' ')"
     fi
   done
-  QUANTA_POD=check/neighbour "${shimmed[@]}" python3 "$torch_script" work 3 >"$work/torch-work.json" 2>&1 &
+  # Importing torch and creating its context take seconds: watch the gate for as long as
+  # the process runs, not at a fixed moment.
+  QUANTA_POD=check/neighbour "${shimmed[@]}" python3 "$torch_script" work 4 >"$work/torch-work.json" 2>&1 &
   tp=$!
-  sleep 2
-  quantactl status --json >"$work/status.json" 2>/dev/null
-  launches=$(json_get "$work/status.json" "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tp)")
+  launches=0
+  while kill -0 "$tp" 2>/dev/null; do
+    sleep 0.2
+    quantactl status --json >"$work/status.json" 2>/dev/null || continue
+    launches=$(json_get "$work/status.json" "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tp)")
+    [[ ${launches:-0} -gt 0 ]] && break
+  done
   wait "$tp"
   if [[ ${launches:-0} -gt 0 ]]; then
     record torch-gated PASS "cudart launches from PyTorch reach the gate ($launches seen)"
@@ -272,7 +278,7 @@ import datetime, json, os, platform, sys
 records_path, out, mode, gpu, driver = sys.argv[1:6]
 records = [json.loads(l) for l in open(records_path) if l.strip()]
 summary = {r: sum(1 for x in records if x["result"] == r) for r in ("PASS", "FAIL", "SKIP")}
-doc = {"mode": mode, "gpu": gpu, "driver": driver, "date": datetime.datetime.utcnow().isoformat() + "Z",
+doc = {"mode": mode, "gpu": gpu, "driver": driver, "date": datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None).isoformat() + "Z",
        "host": platform.node(), "kernel": platform.release(), "summary": summary, "checks": records}
 json.dump(doc, open(os.path.join(out, "results.json"), "w"), indent=2)
 lines = [f"# Quanta GPU check ({mode})", "", f"- GPU: {gpu}", f"- driver: {driver}",
