@@ -5,11 +5,13 @@
 # the driver's native time slicing, and eBPF tracing where the kernel allows it. It never
 # changes the GPU's settings (no MIG, clock, compute-mode or reset commands).
 #
-#   tests/gpu/check.sh [--sim] [--kit DIR] [--quick]
+#   tests/gpu/check.sh [--sim] [--kit DIR] [--quick] [--context-overhead SIZE]
 #
 # --sim runs the identical checks on simgpu (CI does, so the kit never rots); --kit names
 # the folder holding bin/, lib/ and sim/ (`make gpu-kit` output, or a build folder; by
-# default the folder this script sits in when it has bin/, else the repo's build/).
+# default the folder this script sits in when it has bin/, else the repo's build/);
+# --context-overhead gives the check's arbiter the node's [shim] context_overhead (default:
+# the shipped default), so the context-overhead check judges the value the node will use.
 # Results: results.json and results.md under $OUT when set, else ./gpu-results/, with
 # logs.tar.gz: the arbiter's log and every tenant's and scenario's output, for diagnosis.
 set -uo pipefail
@@ -18,12 +20,14 @@ mode=real
 quick=0
 here=$(cd "$(dirname "$0")" && pwd)
 kit=
+context_overhead=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sim) mode=sim; shift ;;
     --quick) quick=1; shift ;;
     --kit) kit=${2:?--kit needs a folder}; shift 2 ;;
-    *) echo "check.sh: unknown argument '$1' (allowed: --sim, --quick, --kit DIR)" >&2; exit 2 ;;
+    --context-overhead) context_overhead=${2:?--context-overhead needs a size such as 544Mi}; shift 2 ;;
+    *) echo "check.sh: unknown argument '$1' (allowed: --sim, --quick, --kit DIR, --context-overhead SIZE)" >&2; exit 2 ;;
   esac
 done
 if [[ -z $kit ]]; then
@@ -106,6 +110,9 @@ memory_limit = $cap
 [pod."check/neighbour"]
 weight = 1
 TOML
+if [[ -n $context_overhead ]]; then
+  printf '\n[shim]\ncontext_overhead = "%s"\n' "$context_overhead" >>"$work/quanta.toml"
+fi
 # The /metrics library's own dependencies come from the kit only where this machine lacks
 # them (a minimal CUDA image may have no brotli).
 arbiter_env=()
@@ -201,6 +208,18 @@ wait "$holder"
 if (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )); then
   record ledger-vs-nvml PASS "ledger $((ledger >> 20)) MiB, NVML $((nvml >> 20)) MiB for a tenant holding 1024 MiB" \
     "{\"ledger_bytes\": $ledger, \"nvml_bytes\": $nvml, \"difference_bytes\": $((ledger - nvml))}"
+  # The ledger must never count less than NVML, or a pod can pass its cap by NVML's count:
+  # the context charge has to cover what a context really takes on this GPU and driver.
+  context_bytes=$(( nvml - 1073741824 ))
+  charged=$(( ledger - 1073741824 ))
+  if (( ledger >= nvml )); then
+    record context-overhead PASS "a context takes $((context_bytes >> 20)) MiB by NVML's count; the ledger charges $((charged >> 20)) MiB" \
+      "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged}"
+  else
+    advice=$(( (context_bytes + (32 << 20) - 1) / (32 << 20) * 32 ))
+    record context-overhead FAIL "a context takes $((context_bytes >> 20)) MiB by NVML's count but the ledger charges $((charged >> 20)) MiB: set [shim] context_overhead = \"${advice}Mi\" in the node's config (then check again with --context-overhead ${advice}Mi)" \
+      "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged, \"advised\": \"${advice}Mi\"}"
+  fi
 else
   record ledger-vs-nvml FAIL "ledger ${ledger:-?} bytes, NVML ${nvml:-?} bytes for a tenant holding 1 GiB"
 fi
