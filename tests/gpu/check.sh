@@ -5,13 +5,15 @@
 # the driver's native time slicing, and eBPF tracing where the kernel allows it. It never
 # changes the GPU's settings (no MIG, clock, compute-mode or reset commands).
 #
-#   tests/gpu/check.sh [--sim] [--kit DIR] [--quick] [--context-overhead SIZE]
+#   tests/gpu/check.sh [--sim] [--kit DIR] [--quick] [--context-overhead SIZE] [--only SECTIONS]
 #
 # --sim runs the identical checks on simgpu (CI does, so the kit never rots); --kit names
 # the folder holding bin/, lib/ and sim/ (`make gpu-kit` output, or a build folder; by
 # default the folder this script sits in when it has bin/, else the repo's build/);
 # --context-overhead gives the check's arbiter the node's [shim] context_overhead (default:
-# the shipped default), so the context-overhead check judges the value the node will use.
+# the shipped default), so the context-overhead check judges the value the node will use;
+# --only runs some sections, a comma list of interception, memory, torch, bench and ebpf
+# (say, memory alone after changing context_overhead).
 # Results: results.json and results.md under $OUT when set, else ./gpu-results/, with
 # logs.tar.gz: the arbiter's log and every tenant's and scenario's output, for diagnosis.
 set -uo pipefail
@@ -21,15 +23,23 @@ quick=0
 here=$(cd "$(dirname "$0")" && pwd)
 kit=
 context_overhead=
+only=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --sim) mode=sim; shift ;;
     --quick) quick=1; shift ;;
     --kit) kit=${2:?--kit needs a folder}; shift 2 ;;
     --context-overhead) context_overhead=${2:?--context-overhead needs a size such as 544Mi}; shift 2 ;;
-    *) echo "check.sh: unknown argument '$1' (allowed: --sim, --quick, --kit DIR, --context-overhead SIZE)" >&2; exit 2 ;;
+    --only) only=${2:?--only needs sections: interception, memory, torch, bench, ebpf}; shift 2 ;;
+    *) echo "check.sh: unknown argument '$1' (allowed: --sim, --quick, --kit DIR, --context-overhead SIZE, --only SECTIONS)" >&2; exit 2 ;;
   esac
 done
+all_sections=interception,memory,torch,bench,ebpf
+for section in ${only//,/ }; do
+  [[ ,$all_sections, == *,$section,* ]] ||
+    { echo "check.sh: --only: unknown section '$section' (allowed: $all_sections)" >&2; exit 2; }
+done
+wanted() { [[ -z $only || ,$only, == *,$1,* ]]; }
 if [[ -z $kit ]]; then
   if [[ -x $here/bin/quanta-arbiter ]]; then kit=$here; else kit=$(cd "$here/../.." && pwd)/build; fi
 fi
@@ -137,158 +147,170 @@ quantactl() { "$kit/bin/quantactl" --admin-socket "$work/admin.sock" "$@"; }
 shimmed=(env LD_PRELOAD=$kit/lib/libquanta.so)
 
 # --- 1. interception on every lookup path ----------------------------------------------
-for lookup in direct dlsym getproc getproc-ptds; do
-  QUANTA_POD=check/lookup-$lookup "${shimmed[@]}" "$kit/bin/quanta-tenant" --json --lookup "$lookup" \
-    batch --kernel-ms 1 --seconds 2 >"$work/lookup-$lookup.json" 2>"$work/lookup-$lookup.err" &
-  tenant=$!
-  launches=0
-  for _ in $(seq 30); do
-    sleep 0.05
-    quantactl status --json >"$work/status.json" 2>/dev/null || continue
-    launches=$(json_get "$work/status.json" \
-      "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tenant)")
-    [[ ${launches:-0} -gt 0 ]] && break
+if wanted interception; then
+  for lookup in direct dlsym getproc getproc-ptds; do
+    QUANTA_POD=check/lookup-$lookup "${shimmed[@]}" "$kit/bin/quanta-tenant" --json --lookup "$lookup" \
+      batch --kernel-ms 1 --seconds 2 >"$work/lookup-$lookup.json" 2>"$work/lookup-$lookup.err" &
+    tenant=$!
+    launches=0
+    for _ in $(seq 30); do
+      sleep 0.05
+      quantactl status --json >"$work/status.json" 2>/dev/null || continue
+      launches=$(json_get "$work/status.json" \
+        "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tenant)")
+      [[ ${launches:-0} -gt 0 ]] && break
+    done
+    wait "$tenant"; rc=$?
+    kernels=$(json_get "$work/lookup-$lookup.json" "j.get('kernels',0)")
+    if [[ $rc -eq 0 && ${launches:-0} -gt 0 ]]; then
+      record "interception-$lookup" PASS "$kernels kernels, launches seen at the gate" \
+        "{\"kernels\": ${kernels:-0}, \"gated_launches_seen\": $launches}"
+    else
+      record "interception-$lookup" FAIL "exit $rc, gated launches seen: ${launches:-0}: $(tail -n 1 "$work/lookup-$lookup.err")"
+    fi
   done
-  wait "$tenant"; rc=$?
-  kernels=$(json_get "$work/lookup-$lookup.json" "j.get('kernels',0)")
-  if [[ $rc -eq 0 && ${launches:-0} -gt 0 ]]; then
-    record "interception-$lookup" PASS "$kernels kernels, launches seen at the gate" \
-      "{\"kernels\": ${kernels:-0}, \"gated_launches_seen\": $launches}"
-  else
-    record "interception-$lookup" FAIL "exit $rc, gated launches seen: ${launches:-0}: $(tail -n 1 "$work/lookup-$lookup.err")"
-  fi
-done
-
-# --- 2. memory caps ---------------------------------------------------------------------
-QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json info >"$work/info.json" 2>"$work/info.err"
-seen_total=$(json_get "$work/info.json" "j['devices'][0]['mem_total']")
-seen_device_total=$(json_get "$work/info.json" "j['devices'][0]['total_mem']")
-nvml_total=$(json_get "$work/info.json" "(j.get('nvml') or {}).get('devices',[{}])[0].get('memory_total','absent')")
-if [[ $seen_total == "$cap" && $seen_device_total == "$cap" && ( $nvml_total == "$cap" || $nvml_total == absent ) ]]; then
-  record cap-views PASS "cuMemGetInfo, cuDeviceTotalMem and NVML show the $((cap >> 20)) MiB cap" \
-    "{\"cap\": $cap, \"cuMemGetInfo_total\": $seen_total, \"nvml_total\": \"$nvml_total\"}"
-else
-  record cap-views FAIL "cap $cap; cuMemGetInfo total ${seen_total:-?}, cuDeviceTotalMem ${seen_device_total:-?}, NVML ${nvml_total:-?}"
 fi
 
-for family in alloc vmm; do
-  QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
-    --bytes 1Gi --count 1 --hold-ms 1500 >"$work/neighbour.json" 2>/dev/null &
-  neighbour=$!
-  QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family "$family" \
-    --bytes 256Mi --race >"$work/race-$family.json" 2>"$work/race-$family.err"
-  wait "$neighbour"; nrc=$?
-  held=$(json_get "$work/race-$family.json" "j.get('peak_bytes_held',-1)")
-  oom=$(json_get "$work/race-$family.json" "j.get('oom',0)")
-  nok=$(json_get "$work/neighbour.json" "j.get('successes',0)")
-  if [[ ${oom:-0} -ge 1 && ${held:--1} -le $cap && ${held:--1} -gt 0 && $nrc -eq 0 && ${nok:-0} -eq 1 ]]; then
-    record "cap-$family" PASS "denied at $((held >> 20)) MiB held (cap $((cap >> 20)) MiB); neighbour pod unharmed" \
-      "{\"cap\": $cap, \"held_at_denial\": $held, \"denials\": $oom}"
+# --- 2. memory caps ---------------------------------------------------------------------
+if wanted memory; then
+  QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json info >"$work/info.json" 2>"$work/info.err"
+  seen_total=$(json_get "$work/info.json" "j['devices'][0]['mem_total']")
+  seen_device_total=$(json_get "$work/info.json" "j['devices'][0]['total_mem']")
+  nvml_total=$(json_get "$work/info.json" "(j.get('nvml') or {}).get('devices',[{}])[0].get('memory_total','absent')")
+  if [[ $seen_total == "$cap" && $seen_device_total == "$cap" && ( $nvml_total == "$cap" || $nvml_total == absent ) ]]; then
+    record cap-views PASS "cuMemGetInfo, cuDeviceTotalMem and NVML show the $((cap >> 20)) MiB cap" \
+      "{\"cap\": $cap, \"cuMemGetInfo_total\": $seen_total, \"nvml_total\": \"$nvml_total\"}"
   else
-    record "cap-$family" FAIL "held ${held:-?} of cap $cap, denials ${oom:-?}, neighbour exit $nrc successes ${nok:-?}"
+    record cap-views FAIL "cap $cap; cuMemGetInfo total ${seen_total:-?}, cuDeviceTotalMem ${seen_device_total:-?}, NVML ${nvml_total:-?}"
   fi
-done
+
+  for family in alloc vmm; do
+    QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
+      --bytes 1Gi --count 1 --hold-ms 1500 >"$work/neighbour.json" 2>/dev/null &
+    neighbour=$!
+    QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family "$family" \
+      --bytes 256Mi --race >"$work/race-$family.json" 2>"$work/race-$family.err"
+    wait "$neighbour"; nrc=$?
+    held=$(json_get "$work/race-$family.json" "j.get('peak_bytes_held',-1)")
+    oom=$(json_get "$work/race-$family.json" "j.get('oom',0)")
+    nok=$(json_get "$work/neighbour.json" "j.get('successes',0)")
+    if [[ ${oom:-0} -ge 1 && ${held:--1} -le $cap && ${held:--1} -gt 0 && $nrc -eq 0 && ${nok:-0} -eq 1 ]]; then
+      record "cap-$family" PASS "denied at $((held >> 20)) MiB held (cap $((cap >> 20)) MiB); neighbour pod unharmed" \
+        "{\"cap\": $cap, \"held_at_denial\": $held, \"denials\": $oom}"
+    else
+      record "cap-$family" FAIL "held ${held:-?} of cap $cap, denials ${oom:-?}, neighbour exit $nrc successes ${nok:-?}"
+    fi
+  done
+fi
 
 # The ledger against NVML's per-process usage: a tenant holding 2 x 512 MiB must show at
 # least that in both; the difference is the context memory the ledger charges as overhead.
-QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
-  --bytes 512Mi --count 2 --hold-ms 2000 >"$work/hold.json" 2>"$work/hold.err" &
-holder=$!
-ledger= nvml=
-for _ in $(seq 30); do
-  sleep 0.1
-  quantactl status --json >"$work/status.json" 2>/dev/null || continue
-  ledger=$(json_get "$work/status.json" \
-    "sum(t.get('memory_used',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$holder)")
-  python3 "$here/nvml_procs.py" >"$work/nvml.json" 2>/dev/null || python3 "$kit/nvml_procs.py" >"$work/nvml.json" 2>/dev/null
-  nvml=$(json_get "$work/nvml.json" "j.get('$holder', 0)")
-  (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )) && break
-done
-wait "$holder"
-if (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )); then
-  record ledger-vs-nvml PASS "ledger $((ledger >> 20)) MiB, NVML $((nvml >> 20)) MiB for a tenant holding 1024 MiB" \
-    "{\"ledger_bytes\": $ledger, \"nvml_bytes\": $nvml, \"difference_bytes\": $((ledger - nvml))}"
-  # The ledger must never count less than NVML, or a pod can pass its cap by NVML's count:
-  # the context charge has to cover what a context really takes on this GPU and driver.
-  context_bytes=$(( nvml - 1073741824 ))
-  charged=$(( ledger - 1073741824 ))
-  if (( ledger >= nvml )); then
-    record context-overhead PASS "a context takes $((context_bytes >> 20)) MiB by NVML's count; the ledger charges $((charged >> 20)) MiB" \
-      "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged}"
+if wanted memory; then
+  QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
+    --bytes 512Mi --count 2 --hold-ms 2000 >"$work/hold.json" 2>"$work/hold.err" &
+  holder=$!
+  ledger= nvml=
+  for _ in $(seq 30); do
+    sleep 0.1
+    quantactl status --json >"$work/status.json" 2>/dev/null || continue
+    ledger=$(json_get "$work/status.json" \
+      "sum(t.get('memory_used',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$holder)")
+    python3 "$here/nvml_procs.py" >"$work/nvml.json" 2>/dev/null || python3 "$kit/nvml_procs.py" >"$work/nvml.json" 2>/dev/null
+    nvml=$(json_get "$work/nvml.json" "j.get('$holder', 0)")
+    (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )) && break
+  done
+  wait "$holder"
+  if (( ${ledger:-0} >= 1073741824 && ${nvml:-0} >= 1073741824 )); then
+    record ledger-vs-nvml PASS "ledger $((ledger >> 20)) MiB, NVML $((nvml >> 20)) MiB for a tenant holding 1024 MiB" \
+      "{\"ledger_bytes\": $ledger, \"nvml_bytes\": $nvml, \"difference_bytes\": $((ledger - nvml))}"
+    # The ledger must never count less than NVML, or a pod can pass its cap by NVML's count:
+    # the context charge has to cover what a context really takes on this GPU and driver.
+    context_bytes=$(( nvml - 1073741824 ))
+    charged=$(( ledger - 1073741824 ))
+    if (( ledger >= nvml )); then
+      record context-overhead PASS "a context takes $((context_bytes >> 20)) MiB by NVML's count; the ledger charges $((charged >> 20)) MiB" \
+        "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged}"
+    else
+      advice=$(( (context_bytes + (32 << 20) - 1) / (32 << 20) * 32 ))
+      record context-overhead FAIL "a context takes $((context_bytes >> 20)) MiB by NVML's count but the ledger charges $((charged >> 20)) MiB: set [shim] context_overhead = \"${advice}Mi\" in the node's config (then check again with --context-overhead ${advice}Mi)" \
+        "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged, \"advised\": \"${advice}Mi\"}"
+    fi
   else
-    advice=$(( (context_bytes + (32 << 20) - 1) / (32 << 20) * 32 ))
-    record context-overhead FAIL "a context takes $((context_bytes >> 20)) MiB by NVML's count but the ledger charges $((charged >> 20)) MiB: set [shim] context_overhead = \"${advice}Mi\" in the node's config (then check again with --context-overhead ${advice}Mi)" \
-      "{\"context_nvml_bytes\": $context_bytes, \"context_charged_bytes\": $charged, \"advised\": \"${advice}Mi\"}"
+    record ledger-vs-nvml FAIL "ledger ${ledger:-?} bytes, NVML ${nvml:-?} bytes for a tenant holding 1 GiB"
   fi
-else
-  record ledger-vs-nvml FAIL "ledger ${ledger:-?} bytes, NVML ${nvml:-?} bytes for a tenant holding 1 GiB"
 fi
 
 # PyTorch: the cap seen by torch.cuda.mem_get_info, OutOfMemoryError past it (also through
 # the VMM path with expandable segments), launches from cudart reaching the gate.
-if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && [[ $mode == real ]]; then
-  for conf in "" "expandable_segments:True"; do
-    name=torch-cap${conf:+-expandable}
-    if PYTORCH_CUDA_ALLOC_CONF=$conf QUANTA_POD=check/capped "${shimmed[@]}" python3 "$torch_script" cap "$cap" \
-        >"$work/$name.json" 2>"$work/$name.err"; then
-      record "$name" PASS "torch sees the cap, OutOfMemoryError past it, still healthy" "$(cat "$work/$name.json")"
+if wanted torch; then
+  if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1 && [[ $mode == real ]]; then
+    for conf in "" "expandable_segments:True"; do
+      name=torch-cap${conf:+-expandable}
+      if PYTORCH_CUDA_ALLOC_CONF=$conf QUANTA_POD=check/capped "${shimmed[@]}" python3 "$torch_script" cap "$cap" \
+          >"$work/$name.json" 2>"$work/$name.err"; then
+        record "$name" PASS "torch sees the cap, OutOfMemoryError past it, still healthy" "$(cat "$work/$name.json")"
+      else
+        record "$name" FAIL "$(tail -n 1 "$work/$name.json" "$work/$name.err" | tr '\n' ' ')"
+      fi
+    done
+    # Importing torch and creating its context take seconds: watch the gate for as long as
+    # the process runs, not at a fixed moment.
+    QUANTA_POD=check/neighbour "${shimmed[@]}" python3 "$torch_script" work 4 >"$work/torch-work.json" 2>&1 &
+    tp=$!
+    launches=0
+    while kill -0 "$tp" 2>/dev/null; do
+      sleep 0.2
+      quantactl status --json >"$work/status.json" 2>/dev/null || continue
+      launches=$(json_get "$work/status.json" "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tp)")
+      [[ ${launches:-0} -gt 0 ]] && break
+    done
+    wait "$tp"
+    if [[ ${launches:-0} -gt 0 ]]; then
+      record torch-gated PASS "cudart launches from PyTorch reach the gate ($launches seen)"
     else
-      record "$name" FAIL "$(tail -n 1 "$work/$name.json" "$work/$name.err" | tr '\n' ' ')"
+      record torch-gated FAIL "no gated launches seen from the PyTorch process"
     fi
-  done
-  # Importing torch and creating its context take seconds: watch the gate for as long as
-  # the process runs, not at a fixed moment.
-  QUANTA_POD=check/neighbour "${shimmed[@]}" python3 "$torch_script" work 4 >"$work/torch-work.json" 2>&1 &
-  tp=$!
-  launches=0
-  while kill -0 "$tp" 2>/dev/null; do
-    sleep 0.2
-    quantactl status --json >"$work/status.json" 2>/dev/null || continue
-    launches=$(json_get "$work/status.json" "sum(t.get('launches',0) for g in j['gpus'] for t in g['tenants'] if t['pid']==$tp)")
-    [[ ${launches:-0} -gt 0 ]] && break
-  done
-  wait "$tp"
-  if [[ ${launches:-0} -gt 0 ]]; then
-    record torch-gated PASS "cudart launches from PyTorch reach the gate ($launches seen)"
   else
-    record torch-gated FAIL "no gated launches seen from the PyTorch process"
+    record torch SKIP "PyTorch with CUDA is not available here ($mode)"
   fi
-else
-  record torch SKIP "PyTorch with CUDA is not available here ($mode)"
 fi
 
 # --- 3. bench scenarios beside native time slicing --------------------------------------
-bench_flags=(--gpu "$mode")
-if (( quick )) || [[ $mode == sim ]]; then bench_flags+=(--quick); fi
-for scenario in fairness interactive overhead handoff launch-cost; do
-  if "$kit/bin/quanta-bench" "$scenario" --json "${bench_flags[@]}" >"$work/bench-$scenario.json" 2>"$work/bench-$scenario.err"; then
-    record "bench-$scenario" PASS "figures recorded" "$(cat "$work/bench-$scenario.json")"
-  else
-    record "bench-$scenario" FAIL "$(tail -n 1 "$work/bench-$scenario.err")"
-  fi
-done
+if wanted bench; then
+  bench_flags=(--gpu "$mode")
+  if (( quick )) || [[ $mode == sim ]]; then bench_flags+=(--quick); fi
+  for scenario in fairness interactive overhead handoff launch-cost; do
+    if "$kit/bin/quanta-bench" "$scenario" --json "${bench_flags[@]}" >"$work/bench-$scenario.json" 2>"$work/bench-$scenario.err"; then
+      record "bench-$scenario" PASS "figures recorded" "$(cat "$work/bench-$scenario.json")"
+    else
+      record "bench-$scenario" FAIL "$(tail -n 1 "$work/bench-$scenario.err")"
+    fi
+  done
+fi
 
 # --- 4. eBPF tracing --------------------------------------------------------------------
-if [[ -x $kit/bin/quanta-trace ]]; then
-  QUANTA_POD=check/lookup-direct "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
-  t1=$!
-  QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
-  t2=$!
-  if "$kit/bin/quanta-trace" handoff --binary "$kit/lib/libquanta.so" --binary "$kit/bin/quanta-arbiter" --duration 2 --json \
-      >"$work/trace.json" 2>"$work/trace.err"; then
-    handoffs=$(json_get "$work/trace.json" "j['handoff_latency']['count']")
-    p50=$(json_get "$work/trace.json" "round(j['handoff_latency']['p50_ns'] / 1000, 1)")
-    if [[ ${handoffs:-0} -gt 0 ]]; then
-      record ebpf PASS "quanta-trace saw $handoffs handoffs between two tenants, p50 ${p50} us" "$(cat "$work/trace.json")"
+if wanted ebpf; then
+  if [[ -x $kit/bin/quanta-trace ]]; then
+    QUANTA_POD=check/lookup-direct "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
+    t1=$!
+    QUANTA_POD=check/neighbour "${shimmed[@]}" "$kit/bin/quanta-tenant" --json batch --kernel-ms 1 --seconds 3 >/dev/null 2>&1 &
+    t2=$!
+    if "$kit/bin/quanta-trace" handoff --binary "$kit/lib/libquanta.so" --binary "$kit/bin/quanta-arbiter" --duration 2 --json \
+        >"$work/trace.json" 2>"$work/trace.err"; then
+      handoffs=$(json_get "$work/trace.json" "j['handoff_latency']['count']")
+      p50=$(json_get "$work/trace.json" "round(j['handoff_latency']['p50_ns'] / 1000, 1)")
+      if [[ ${handoffs:-0} -gt 0 ]]; then
+        record ebpf PASS "quanta-trace saw $handoffs handoffs between two tenants, p50 ${p50} us" "$(cat "$work/trace.json")"
+      else
+        record ebpf FAIL "quanta-trace attached but saw no handoff between two contending tenants"
+      fi
     else
-      record ebpf FAIL "quanta-trace attached but saw no handoff between two contending tenants"
+      record ebpf SKIP "eBPF tracing unavailable here: $(tail -n 1 "$work/trace.err")"
     fi
+    wait "$t1" "$t2"
   else
-    record ebpf SKIP "eBPF tracing unavailable here: $(tail -n 1 "$work/trace.err")"
+    record ebpf SKIP "quanta-trace not in the kit"
   fi
-  wait "$t1" "$t2"
-else
-  record ebpf SKIP "quanta-trace not in the kit"
 fi
 
 # --- 5. results -----------------------------------------------------------------------

@@ -246,6 +246,16 @@ bool parse_config(EnvLookup env, Config& out, std::string& error) {
     }
     cfg.switch_ns = us * 1000;
   }
+  if ((v = env("SIMGPU_CONTEXT_MEMORY")) != nullptr) {
+    uint64_t bytes = 0;
+    if (!parse_byte_size(v, bytes) || bytes > (64ULL << 30)) {
+      error = bad("SIMGPU_CONTEXT_MEMORY", v,
+                  "expected bytes from 0 to 64Gi, plain or with a K, M, G, T, Ki, Mi, Gi or Ti "
+                  "suffix (e.g. 518Mi)");
+      return false;
+    }
+    cfg.context_bytes = bytes;
+  }
   if ((v = env("SIMGPU_LOG")) != nullptr && *v != '\0') {
     if (std::strlen(v) >= 480) {
       error = bad("SIMGPU_LOG", v, "expected a file path shorter than 480 characters");

@@ -25,6 +25,7 @@ struct Config {
   std::vector<DeviceSpec> devices;
   uint64_t timeslice_ns = 1'000'000;
   uint64_t switch_ns = 50'000;
+  uint64_t context_bytes = 0;  // device memory the driver itself takes for each context
   std::string log_path;    // empty: no execution log
   std::string state_name;  // shm_open name without the leading '/'
 };

@@ -144,6 +144,14 @@ CUresult create_context(int device, unsigned flags, bool primary, CUctx_st** out
   ctx->primary = primary;
   if (!engine_for(device).register_context(rt.pid, ctx->slot, ctx->generation, ctx->context_id))
     return CUDA_ERROR_OUT_OF_MEMORY;
+  // The driver's own memory for the context (code, stacks, heaps), as NVML counts it.
+  if (rt.cfg.context_bytes > 0) {
+    if (!reserve_device_memory(device_state(device), rt.pid, rt.cfg.context_bytes)) {
+      engine_for(device).unregister_context(ctx->slot, ctx->generation);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ctx->memory_bytes = rt.cfg.context_bytes;
+  }
   *out = ctx.release();
   add_handle(*out, HandleKind::Context);
   return CUDA_SUCCESS;
@@ -161,6 +169,7 @@ void destroy_context(CUctx_st* ctx) {
   }
   for (CUdeviceptr p : owned) free_device_memory(p);
   engine_for(ctx->device).unregister_context(ctx->slot, ctx->generation);
+  if (ctx->memory_bytes > 0) release_device_memory(device_state(ctx->device), rt.pid, ctx->memory_bytes);
   remove_handle(ctx);
   for (auto& c : context_stack()) {
     if (c == ctx) c = nullptr;

@@ -45,6 +45,7 @@ struct CUctx_st {
   unsigned flags = 0;
   bool primary = false;
   int primary_refs = 0;
+  uint64_t memory_bytes = 0;  // SIMGPU_CONTEXT_MEMORY charged at its creation
 };
 
 struct CUstream_st {

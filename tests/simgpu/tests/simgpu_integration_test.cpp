@@ -393,6 +393,45 @@ TEST(SimgpuMig, InstancesAreIndependentEnginesWithTheirOwnMemory) {
   unlink(log.c_str());
 }
 
+TEST(SimgpuCapacity, EachContextTakesTheDriversOwnMemoryUntilItIsDestroyed) {
+  UniqueState state("context-memory");
+  const Env env = {{"SIMGPU_STATE", state.name()},
+                   {"SIMGPU_MEMORY", "4Gi"},
+                   {"SIMGPU_CONTEXT_MEMORY", "518Mi"}};
+  ChildResult r = run_child(env, [] {
+    constexpr uint64_t kContext = 518ull << 20;
+    CHILD_CHECK(nvmlInit_v2() == NVML_SUCCESS);
+    nvmlDevice_t dev;
+    CHILD_CHECK(nvmlDeviceGetHandleByIndex_v2(0, &dev) == NVML_SUCCESS);
+    nvmlMemory_t mem;
+    CUcontext primary;
+    if (init_context(&primary, 0) != 0) return 1;
+    size_t free = 0, total = 0;
+    CHILD_CU(cuMemGetInfo(&free, &total));
+    CHILD_CHECK(total == 4ull << 30 && free == total - kContext);
+    CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS && mem.used == kContext);
+    // A second context takes its own; allocations come on top, as NVML counts them.
+    CUcontext created;
+    CHILD_CU(cuCtxCreate(&created, nullptr, 0, 0));
+    CUdeviceptr p;
+    CHILD_CU(cuMemAlloc(&p, 100ull << 20));
+    nvmlProcessInfo_t infos[4];
+    unsigned n = 4;
+    CHILD_CHECK(nvmlDeviceGetComputeRunningProcesses_v3(dev, &n, infos) == NVML_SUCCESS && n == 1);
+    CHILD_CHECK(infos[0].usedGpuMemory == 2 * kContext + (100ull << 20));
+    CHILD_CU(cuCtxDestroy(created));
+    CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS && mem.used == kContext);
+    // A context that does not fit is refused like an allocation.
+    CHILD_CU(cuCtxSetCurrent(primary));
+    CHILD_CU(cuMemAlloc(&p, (4ull << 30) - kContext - (100ull << 20)));
+    CHILD_CHECK(cuCtxCreate(&created, nullptr, 0, 0) == CUDA_ERROR_OUT_OF_MEMORY);
+    CHILD_CU(cuDevicePrimaryCtxRelease(0));
+    CHILD_CHECK(nvmlDeviceGetMemoryInfo(dev, &mem) == NVML_SUCCESS && mem.used == 0);
+    return 0;
+  });
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_text;
+}
+
 TEST(SimgpuNvml, MemoryAndProcessListAgreeWithTheCudaSide) {
   UniqueState state("nvml");
   const Env env = {

@@ -59,6 +59,7 @@ TEST(SimgpuConfig, DefaultsDescribeOneH100Of80GiB) {
   EXPECT_EQ(cfg.devices[0].uuid_text.rfind("GPU-", 0), 0u);
   EXPECT_EQ(cfg.timeslice_ns, 1'000'000u);
   EXPECT_EQ(cfg.switch_ns, 50'000u);
+  EXPECT_EQ(cfg.context_bytes, 0u);
   EXPECT_EQ(cfg.state_name, "simgpu-" + std::to_string(getuid()));
 }
 
@@ -77,6 +78,15 @@ TEST(SimgpuConfig, MigSplitsADeviceIntoInstancesWithTheirOwnUuidAndMemoryShare) 
   EXPECT_NE(cfg.devices[0].uuid_text, cfg.devices[1].uuid_text);
   EXPECT_EQ(cfg.devices[3].uuid_text.rfind("GPU-", 0), 0u);
   EXPECT_EQ(cfg.devices[3].memory_bytes, 3ULL << 30);
+}
+
+TEST(SimgpuConfig, ContextMemoryIsWhatTheDriverTakesPerContext) {
+  Config cfg;
+  std::string error;
+  ASSERT_TRUE(parse({{"SIMGPU_CONTEXT_MEMORY", "518Mi"}}, cfg, error)) << error;
+  EXPECT_EQ(cfg.context_bytes, 518ull << 20);
+  ASSERT_TRUE(parse({{"SIMGPU_CONTEXT_MEMORY", "0"}}, cfg, error)) << error;
+  EXPECT_EQ(cfg.context_bytes, 0u);
 }
 
 TEST(SimgpuConfig, ByteSizesAcceptDecimalAndBinarySuffixes) {
@@ -109,6 +119,7 @@ TEST(SimgpuConfig, EveryBadValueIsRejectedWithTheVariableTheValueAndWhatIsAllowe
       {"SIMGPU_MEMORY", "1K"},        {"SIMGPU_NAME", ""},        {"SIMGPU_UUIDS", "GPU-123"},
       {"SIMGPU_MIG", "1:2"},          {"SIMGPU_MIG", "0:9"},      {"SIMGPU_TIMESLICE_US", "0"},
       {"SIMGPU_TIMESLICE_US", "1ms"}, {"SIMGPU_SWITCH_US", "-5"}, {"SIMGPU_STATE", "a/b"},
+      {"SIMGPU_CONTEXT_MEMORY", "518X"}, {"SIMGPU_CONTEXT_MEMORY", "65Gi"},
   };
   for (const auto& [var, value] : bad) {
     Config cfg;
