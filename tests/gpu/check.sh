@@ -39,7 +39,7 @@ for section in ${only//,/ }; do
   [[ ,$all_sections, == *,$section,* ]] ||
     { echo "check.sh: --only: unknown section '$section' (allowed: $all_sections)" >&2; exit 2; }
 done
-wanted() { [[ -z $only || ,$only, == *,$1,* ]]; }
+wanted() { [[ -z $only || ,$only, == *,$1,* ]]; }  # `only=none` skips every section
 if [[ -z $kit ]]; then
   if [[ -x $here/bin/quanta-arbiter ]]; then kit=$here; else kit=$(cd "$here/../.." && pwd)/build; fi
 fi
@@ -138,6 +138,7 @@ arbiter_pid=$!
 for _ in $(seq 100); do [[ -S $work/tenant.sock ]] && break; sleep 0.05; done
 if [[ ! -S $work/tenant.sock ]]; then
   record arbiter FAIL "quanta-arbiter did not start: $(tail -n 3 "$work/arbiter.log" | tr '\n' ' ')"
+  only=none  # every later check needs it: report this one failure, not a cascade
 else
   record arbiter PASS "quanta-arbiter up (pid $arbiter_pid)"
 fi
@@ -314,16 +315,17 @@ if wanted ebpf; then
 fi
 
 # --- 5. results -----------------------------------------------------------------------
-python3 - "$records" "$out" "$mode" "$gpu_name" "$driver" <<'PY'
+python3 - "$records" "$out" "$mode" "$gpu_name" "$driver" "$context_overhead" <<'PY'
 import datetime, json, os, platform, sys
-records_path, out, mode, gpu, driver = sys.argv[1:6]
+records_path, out, mode, gpu, driver, context_overhead = sys.argv[1:7]
 records = [json.loads(l) for l in open(records_path) if l.strip()]
 summary = {r: sum(1 for x in records if x["result"] == r) for r in ("PASS", "FAIL", "SKIP")}
-doc = {"mode": mode, "gpu": gpu, "driver": driver, "date": datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None).isoformat() + "Z",
+doc = {"mode": mode, "gpu": gpu, "driver": driver, "context_overhead": context_overhead or "default", "date": datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None).isoformat() + "Z",
        "host": platform.node(), "kernel": platform.release(), "summary": summary, "checks": records}
 json.dump(doc, open(os.path.join(out, "results.json"), "w"), indent=2)
 lines = [f"# Quanta GPU check ({mode})", "", f"- GPU: {gpu}", f"- driver: {driver}",
          f"- date: {doc['date']}", f"- kernel: {doc['kernel']}",
+         f"- [shim] context_overhead: {doc['context_overhead']}",
          f"- result: {summary['PASS']} passed, {summary['FAIL']} failed, {summary['SKIP']} skipped", "",
          "| check | result | detail |", "| --- | --- | --- |"]
 lines += [f"| {r['check']} | {r['result']} | {r['detail']} |" for r in records]
