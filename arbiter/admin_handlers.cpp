@@ -165,6 +165,7 @@ json Arbiter::status_json() {
            {"doorbells", gpu->doorbells},
            {"passes", gpu->passes},
            {"holder_looks", gpu->holder_looks},
+           {"ended_by_holder", gpu->ended_by_holder},
            {"tenants", tenants},
            {"unmanaged", unmanaged},
            {"over_cap", over}};

@@ -49,9 +49,12 @@ SchedulerOptions scheduler_options(const SchedulerConfig& c) {
   return o;
 }
 
-void bump_turn(common::ControlSlot& slot) {
+// `wake`: false only for a revoke the holder's shim released ahead (it ended its own turn
+// and waits for nothing; its blocked launchers wait for the next grant, which wakes them).
+void bump_turn(common::ControlSlot& slot, bool wake = true) {
+  slot.end_at_ns.store(0, std::memory_order_relaxed);  // before the turn it belongs to moves
   slot.turn.fetch_add(1, std::memory_order_acq_rel);
-  common::futex_wake(&slot.turn, INT_MAX);
+  if (wake) common::futex_wake(&slot.turn, INT_MAX);
 }
 
 // Named regions under /dev/shm are what arbiters before sealed memfds left; tenants that
@@ -547,6 +550,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   // Also on a re-attach (after an arbiter restart, or by a newer shim in the same slot).
   gpu->sched->set_reports_quiet(slot, request.reports_quiet);
   gpu->sched->set_reports_unused_grant(slot, request.reports_unused_grant);
+  gpu->sched->set_ends_own_quantum(slot, request.ends_own_quantum);
   out.attached = true;
   out.gpu_index = gpu->index;
   out.slot = slot;
@@ -596,11 +600,19 @@ uint64_t last_launch(const Gpu& gpu, const common::GateChannel& ch, uint64_t now
   return std::max(ch.last_launch_ns.load(std::memory_order_relaxed), stamped_from);
 }
 
-// Whether the tenant in `slot` published the release of its current turn.
+// Whether the tenant in `slot` published the release of its current turn, or ended the odd
+// turn it holds by releasing the next one ahead of the revoke (kAttachEndsOwnQuantum).
 bool released_turn(const common::ControlRegion& region, SlotId slot,
                    const common::GateChannel& ch) {
-  return ch.released_turn.load(std::memory_order_acquire) ==
-         region.slots[slot].turn.load(std::memory_order_acquire);
+  const uint32_t released = ch.released_turn.load(std::memory_order_acquire);
+  const uint32_t turn = region.slots[slot].turn.load(std::memory_order_acquire);
+  return released == turn || ((turn & 1u) != 0 && released == turn + 1);
+}
+
+// Whether the holder in `slot` ended its odd turn itself (released the next one ahead).
+bool ended_ahead(const common::ControlRegion& region, SlotId slot, const common::GateChannel& ch) {
+  const uint32_t turn = region.slots[slot].turn.load(std::memory_order_acquire);
+  return (turn & 1u) != 0 && ch.released_turn.load(std::memory_order_acquire) == turn + 1;
 }
 
 }  // namespace
@@ -631,11 +643,9 @@ void Arbiter::after_events() {
 bool Arbiter::look_at_holder(Gpu& gpu) {
   const auto holder = gpu.sched->holder();
   if (!holder) return false;
-  const auto found = std::lower_bound(
-      gpu.channels.begin(), gpu.channels.end(), *holder,
-      [](const Gpu::SlotChannel& entry, SlotId slot) { return entry.slot < slot; });
-  if (found == gpu.channels.end() || found->slot != *holder) return false;
-  const common::GateChannel& ch = *found->channel;
+  const common::GateChannel* found = channel_of(gpu, *holder);
+  if (found == nullptr) return false;
+  const common::GateChannel& ch = *found;
   if (released_turn(*gpu.region.get(), *holder, ch)) return false;  // a decision is due
   const uint64_t now = monotonic_ns();
   if (!gpu.sched->postpone_idle_check(last_launch(gpu, ch, now),
@@ -645,6 +655,13 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
   gpu.deadline = gpu.sched->next_deadline();
   gpu.latest = gpu.sched->latest_deadline();
   return true;
+}
+
+const common::GateChannel* Arbiter::channel_of(const Gpu& gpu, SlotId slot) {
+  const auto found = std::lower_bound(
+      gpu.channels.begin(), gpu.channels.end(), slot,
+      [](const Gpu::SlotChannel& entry, SlotId wanted) { return entry.slot < wanted; });
+  return found == gpu.channels.end() || found->slot != slot ? nullptr : found->channel;
 }
 
 void Arbiter::index_channels(Gpu& gpu) {
@@ -675,6 +692,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
       TenantState st = sched.state(slot);
       if (st == TenantState::kHolding || st == TenantState::kRevoking ||
           st == TenantState::kPassedOver) {
+        if (st == TenantState::kHolding && ended_ahead(region, slot, ch)) ++gpu.ended_by_holder;
         sched.released(slot, now);
         gpu.accounting.released(slot, now);
         DTRACE_PROBE3(quanta, released, gpu.index, slot, now);
@@ -699,9 +717,24 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   } else if (gpu.waiters_visible_ns == 0) {
     gpu.waiters_visible_ns = monotonic_ns();
   }
+  publish_end(gpu);
   gpu.accounting.settle(sched, now);
   gpu.deadline = sched.next_deadline();
   gpu.latest = sched.latest_deadline();
+}
+
+// The holder's own end of its quantum (kAttachEndsOwnQuantum), in its control slot; any
+// other slot's is cleared. Grants and revokes clear the slot's word before the turn moves.
+void Arbiter::publish_end(Gpu& gpu) {
+  common::ControlRegion& region = *gpu.region.get();
+  const uint64_t end = gpu.sched->self_end_ns();
+  const auto holder = gpu.sched->holder();
+  const uint32_t slot = end != 0 && holder ? *holder : common::kNoSlot;
+  if (gpu.end_published != common::kNoSlot && gpu.end_published != slot)
+    region.slots[gpu.end_published].end_at_ns.store(0, std::memory_order_relaxed);
+  if (slot != common::kNoSlot && region.slots[slot].end_at_ns.load(std::memory_order_relaxed) != end)
+    region.slots[slot].end_at_ns.store(end, std::memory_order_release);
+  gpu.end_published = slot;
 }
 
 void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
@@ -729,8 +762,9 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
       case Action::Kind::kRevoke:
         spdlog::debug("gpu {} revoke slot {}", gpu.index, a.slot);
         if (slot.turn.load() & 1u) {
+          const common::GateChannel* ch = channel_of(gpu, a.slot);
           DTRACE_PROBE3(quanta, revoke, gpu.index, a.slot, monotonic_ns());
-          bump_turn(slot);
+          bump_turn(slot, ch == nullptr || !ended_ahead(region, a.slot, *ch));
         }
         gpu.accounting.revoked(a.slot, monotonic_ns());
         break;
@@ -827,6 +861,7 @@ void Arbiter::fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& p
   cs.quantum_ns.store(quantum);
   cs.inflight_limit_ns.store(quantum);
   cs.priority.store(static_cast<uint32_t>(pod.policy.priority));
+  cs.end_at_ns.store(0);
   cs.pid.store(static_cast<uint32_t>(proc.pid), std::memory_order_release);
 }
 

@@ -78,6 +78,9 @@ struct Gpu {
   uint64_t doorbells = 0;  // rings by its tenants (each makes the arbiter look at the GPU)
   uint64_t passes = 0;         // syncs of every slot with a decision
   uint64_t holder_looks = 0;   // deadlines served by a look at the holder alone
+  uint64_t ended_by_holder = 0;  // turns the holder ended itself (kAttachEndsOwnQuantum)
+  // The slot whose ControlSlot::end_at_ns was last published, kNoSlot when none.
+  uint32_t end_published = common::kNoSlot;
   uint32_t last_granted = common::kNoSlot;
 };
 
@@ -142,9 +145,12 @@ class Arbiter final : public TenantApi, public AdminApi {
   // and the scheduler moved its idle check (no sync of the other slots, no decision).
   bool look_at_holder(Gpu& gpu);
   void apply(Gpu& gpu, const std::vector<Action>& actions);
+  void publish_end(Gpu& gpu);
   void on_death(pid_t pid);
   void free_slot(Gpu& gpu, SlotId slot);
   void index_channels(Gpu& gpu);
+  // The gate channel of `slot` on `gpu` (nullptr when the slot is not admitted there).
+  static const common::GateChannel* channel_of(const Gpu& gpu, SlotId slot);
   void reclaim_memory(Pod& pod, uint32_t proc_index);
   void apply_policy(Pod& pod);
   void fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod);

@@ -94,6 +94,7 @@ const std::vector<Action>& Scheduler::decide(uint64_t now) {
   const uint64_t slack = quantum_end == 0 ? 0 : slack_of(tenants_[*holder_]);
   other_deadline_ns_ = earliest(exact, quantum_end);
   other_latest_ns_ = earliest(exact, quantum_end == 0 ? 0 : quantum_end + slack);
+  self_end_ns_ = verdict.self_end_ns;
   idle_check_ns_ = verdict.idle_check_ns;
   next_deadline_ = earliest(other_deadline_ns_, idle_check_ns_);
   return out;
@@ -173,11 +174,17 @@ Scheduler::Verdict Scheduler::judge_holder(uint64_t now) const {
     }
     recheck(hold_end);
   } else if (theirs == mine) {
+    // A holder that ends its own quantum is revoked at its end only by a pass that falls
+    // there anyway; the wake-up the arbiter keeps for it is the backstop.
     if (now >= h.quantum_end_ns) {
       v.reason = Revoke::kQuantumEnd;
       return v;
     }
     v.quantum_end_ns = std::max(h.quantum_end_ns, now + kRecheckGrainNs);
+    if (h.ends_own_quantum) {
+      v.self_end_ns = h.quantum_end_ns;
+      v.quantum_end_ns = h.quantum_end_ns + backstop_of(h);
+    }
   }
   // An owed holder's rank drops when its credit is spent (never sooner than this).
   if (mine.owed()) recheck(now + std::max<uint64_t>(hp.credit.credit(), 1));
@@ -712,6 +719,10 @@ void Scheduler::set_reports_unused_grant(SlotId slot, bool reports_unused_grant)
   if (has_tenant(slot)) tenants_[slot].reports_unused_grant = reports_unused_grant;
 }
 
+void Scheduler::set_ends_own_quantum(SlotId slot, bool ends_own_quantum) {
+  if (has_tenant(slot)) tenants_[slot].ends_own_quantum = ends_own_quantum;
+}
+
 void Scheduler::set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns,
                              uint64_t now) {
   if (!has_tenant(slot)) return;
@@ -728,6 +739,12 @@ void Scheduler::released(SlotId slot, uint64_t now) {
   switch (t.state) {
     case TenantState::kHolding:  // voluntary give-back of an odd turn: close the turn too
       account(now);
+      // Past its quantum's end, a holder that ends its own quantum drained from that end:
+      // measured like a revoke's drain (it sets the backstop and stretches the quantum).
+      if (t.ends_own_quantum && t.quantum_end_ns != 0 && now >= t.quantum_end_ns) {
+        const uint64_t drain = now - t.quantum_end_ns;
+        t.drain_ns = t.drain_ns == 0 ? drain : (t.drain_ns * 3 + drain) / 4;
+      }
       holder_.reset();
       pending_.push_back({Action::Kind::kRevoke, slot});
       after_release(t, now);
@@ -788,6 +805,14 @@ uint64_t Scheduler::quantum_of(const Tenant& t) const {
 
 uint64_t Scheduler::slack_of(const Tenant& t) const {
   return quantum_of(t) / 1000 * options_.quantum_slack_ppm / 1000;
+}
+
+// Long enough for the holder's device thread to wake at the end on a busy node and drain
+// what it queued (twice its measured drains, so an ordinary slow one does not bring the
+// revoke), never more than a quantum.
+uint64_t Scheduler::backstop_of(const Tenant& t) const {
+  const uint64_t wake = std::max(slack_of(t), options_.quantum_min_ns);
+  return std::min(wake + 2 * t.drain_ns, std::max(wake, quantum_of(t)));
 }
 
 uint64_t Scheduler::inflight_limit_for(SlotId slot, uint64_t now) const {

@@ -98,6 +98,12 @@ class Scheduler {
   // end, say); the ring brings the look sooner. A shim that claims this and never rings keeps
   // an unused grant to that deadline, as a holder launching now and then would.
   void set_reports_unused_grant(SlotId slot, bool reports_unused_grant);
+  // The tenant's shim ends its own turn at the quantum's end the arbiter publishes
+  // (kAttachEndsOwnQuantum, self_end_ns()): decide() then does not wake at that end but a
+  // backstop later (the quantum's slack, at least quantum_min), and revokes the holder
+  // there if its release has not come. A shim that claims this and never ends its turns
+  // keeps each grant that much longer, as a slow drain would.
+  void set_ends_own_quantum(SlotId slot, bool ends_own_quantum);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its hold).
   void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
   // The tenant published a release of its current turn (odd: voluntary give-back).
@@ -128,6 +134,10 @@ class Scheduler {
   // holder is still busy. False: something else is due, or the holder is idle now, and
   // decide() must run. (On a contended GPU most deadlines are this look.)
   bool postpone_idle_check(uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
+
+  // When the holder should end its own turn (its quantum's end while a waiter of its rank
+  // waits, for a holder that ends its own quantum); 0: nothing to publish.
+  uint64_t self_end_ns() const { return self_end_ns_; }
 
   std::optional<SlotId> holder() const { return holder_; }
   // A holder preempted by an interactive tenant that still drains beside it (drain_overlap).
@@ -170,8 +180,11 @@ class Scheduler {
     // kept apart from recheck_ns so that look can move without a decision.
     uint64_t idle_check_ns = 0;
     // The holder's quantum's end, when a waiter of its rank waits for it (0: none); kept
-    // apart from recheck_ns because it may be served late.
+    // apart from recheck_ns because it may be served late. For a holder that ends its own
+    // quantum this is the backstop after that end.
     uint64_t quantum_end_ns = 0;
+    // That end itself, for a holder that ends its own quantum (0: none).
+    uint64_t self_end_ns = 0;
   };
   // The order of claims: a pod owed its minimum first, then the class. Lower is better.
   struct Rank {
@@ -191,6 +204,7 @@ class Scheduler {
     bool revoked_busy = false;       // revoked with work still coming (not for idleness)
     bool reports_quiet = false;      // set_reports_quiet
     bool reports_unused_grant = false;  // set_reports_unused_grant
+    bool ends_own_quantum = false;      // set_ends_own_quantum
     bool granted_while_others_wait = false;  // others waited when its grant was made
     uint64_t presumed_until_ns = 0;  // counts as wanting until then, want or not
     uint64_t grant_ns = 0;
@@ -251,6 +265,7 @@ class Scheduler {
   uint64_t idle_look_ns(const Tenant& h, uint64_t now, uint64_t recheck_ns) const;
   uint64_t quantum_of(const Tenant& t) const;
   uint64_t slack_of(const Tenant& t) const;  // how late its quantum may end
+  uint64_t backstop_of(const Tenant& t) const;  // how long it has to end its own quantum
   bool interactive_recent(uint64_t now) const;
   uint32_t active_interactive() const;
   void set_state(Tenant& t, TenantState state, uint64_t now);
@@ -279,6 +294,7 @@ class Scheduler {
   // How late other_deadline_ns_ may be served (the quantum's end plus its slack, or the
   // earliest exact deadline).
   uint64_t other_latest_ns_ = 0;
+  uint64_t self_end_ns_ = 0;  // self_end_ns()
   uint64_t accounted_ns_ = 0;  // on-GPU tenants are charged up to here
   uint64_t next_trim_ns_ = 0;
   uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods

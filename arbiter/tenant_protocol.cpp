@@ -54,6 +54,7 @@ std::string parse_tenant_message(const void* data, size_t size, bool truncated,
       out->observe = (attach.flags & common::kAttachObserve) != 0;
       out->reports_quiet = (attach.flags & common::kAttachReportsQuiet) != 0;
       out->reports_unused_grant = (attach.flags & common::kAttachReportsUnusedGrant) != 0;
+      out->ends_own_quantum = (attach.flags & common::kAttachEndsOwnQuantum) != 0;
       return "";
     }
     default:

@@ -16,6 +16,7 @@ struct TenantMessage {
   bool observe = false;               // Attach: memory views only (kAttachObserve), never a slot
   bool reports_quiet = false;         // Attach: kAttachReportsQuiet
   bool reports_unused_grant = false;  // Attach: kAttachReportsUnusedGrant
+  bool ends_own_quantum = false;      // Attach: kAttachEndsOwnQuantum
 };
 
 // `truncated`: the kernel cut the packet or its control data (MSG_TRUNC/MSG_CTRUNC).

@@ -40,6 +40,12 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 //    the (even) turn it saw into its GateChannel::released_turn and rings the doorbell.
 //  - An idle holder may give the grant back early by storing the (odd) turn it holds
 //    into released_turn; the arbiter then revokes and grants the next waiter.
+//  - A holder whose shim attached with kAttachEndsOwnQuantum ends its own turn at
+//    end_at_ns: it stops submitting, waits for its in-flight work and stores the *next*
+//    (even) turn into released_turn ahead of the revoke. The arbiter reads released_turn
+//    equal to turn + 1 as that release and bumps the turn without waking the slot; the turn
+//    then equals the release, as after any revoke. A backstop revoke that came first leaves
+//    the same state, so the order of the two never matters.
 struct alignas(64) ControlSlot {
   std::atomic<uint32_t> turn;
   std::atomic<uint32_t> pid;          // host pid admitted here; 0 = slot free
@@ -49,9 +55,14 @@ struct alignas(64) ControlSlot {
   std::atomic<uint64_t> quantum_ns;   // this slot's current quantum
   std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued (binds below quantum_ns)
   std::atomic<uint32_t> priority;     // common::Priority, informational for the tenant
-  uint32_t reserved[5];
+  uint32_t reserved0;
+  // When the holder's quantum ends while a waiter of its class waits (CLOCK_MONOTONIC ns;
+  // 0: nothing to end). Cleared before every grant and revoke of the slot.
+  std::atomic<uint64_t> end_at_ns;
+  uint32_t reserved[2];
 };
 static_assert(sizeof(ControlSlot) == 64);
+static_assert(offsetof(ControlSlot, end_at_ns) == 48, "a word of the old padding, 8-aligned");
 
 struct alignas(64) ControlHeader {
   uint32_t magic;

@@ -81,6 +81,10 @@ constexpr uint32_t kAttachReportsQuiet = 1u << 1;
 // nothing for ControlHeader::idle_release_ns, so the arbiter need not wake to look at a
 // fresh grant: it looks at such a holder no sooner than its next deadline.
 constexpr uint32_t kAttachReportsUnusedGrant = 1u << 2;
+// The process ends its own turn when ControlSlot::end_at_ns passes and others still wait
+// (see ControlSlot's protocol), so the arbiter need not wake at the quantum's end or wake the
+// holder to revoke it: it revokes only as a backstop, a grace period later.
+constexpr uint32_t kAttachEndsOwnQuantum = 1u << 3;
 
 struct AttachMessage {
   MessageHeader header;

@@ -293,6 +293,7 @@ void ring_when_quiet(Binding* binding, const Route* route) {
     return;
   }
   if (binding->quiet_turn != turn || binding->quiet_rung_turn == turn ||
+      binding->ended_turn.load(std::memory_order_relaxed) == turn ||  // released ahead
       route->control->header.waiters.load(std::memory_order_relaxed) == 0)
     return;
   binding->quiet_rung_turn = turn;
@@ -306,6 +307,7 @@ void activity_reset_in_child() {
     binding.gap_average_ns.store(0);
     binding.busy_run.store(0);
     binding.tracking.store(0);
+    binding.ended_turn.store(0);
     binding.quiet_turn = 0;
     binding.quiet_rung_turn = 0;
     binding.grant_watch = GrantWatch{};

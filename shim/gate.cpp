@@ -118,6 +118,16 @@ void record_wait(const Route* route, uint64_t waited_ns, uint64_t end_ns) {
   DTRACE_PROBE4(quanta, gate_wait_end, route->gpu_index, route->slot_index, waited_ns, end_ns);
 }
 
+// An odd turn grants the GPU unless this process's device thread ended it at its quantum's
+// end (link_thread.cpp): launchers then wait as after a revoke. The device thread stores
+// ended_turn before its launcher barrier, so a launcher marked inside after the barrier
+// reads it here, and one marked before is waited out. (The short gate never gets here with
+// the turn ended: the device thread raised the binding's tracking flag, which sends it to
+// enter().)
+inline bool granted(const Binding* binding, uint32_t turn) {
+  return (turn & 1u) != 0 && binding->ended_turn.load(std::memory_order_seq_cst) != turn;
+}
+
 // The slow path: ask for the GPU, wake the arbiter, sleep on the turn word. Returns true
 // with this thread marked inside, either granted or passing because the lease lapsed or the
 // slot is no longer this process's; false (not marked) when, instead of passing ungated,
@@ -136,7 +146,7 @@ bool gate_slow(Binding* binding, const Route* route) {
     if (current) route = current;
     mark_inside(binding);
     const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
-    if (turn & 1u) break;
+    if (granted(binding, turn)) break;
     mark_outside(binding);
     const uint64_t now = monotonic_ns();
     const bool passing =
@@ -264,7 +274,7 @@ GateTry enter(CUcontext context, bool may_wait) {
     return GateTry::kRefused;
   }
   const uint32_t turn = route->slot->turn.load(std::memory_order_seq_cst);
-  if (__builtin_expect(turn & 1u, 1)) {
+  if (__builtin_expect(granted(binding, turn), 1)) {
     const bool track =
         limit != 0 || route->control->header.waiters.load(std::memory_order_relaxed) != 0;
     if (__builtin_expect(binding->tracking.load(std::memory_order_relaxed) != track, 0))

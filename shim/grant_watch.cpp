@@ -16,7 +16,8 @@ uint64_t ring_when_grant_unused(Binding* binding, const Route* route, uint64_t n
   const uint32_t turn = route->slot->turn.load(std::memory_order_acquire);
   const uint64_t idle_release =
       route->control->header.idle_release_ns.load(std::memory_order_relaxed);
-  if (!(turn & 1u) || idle_release == 0) {
+  if (!(turn & 1u) || idle_release == 0 ||
+      binding->ended_turn.load(std::memory_order_relaxed) == turn) {  // released ahead
     watch.turn = 0;
     return 0;
   }

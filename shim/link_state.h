@@ -177,6 +177,9 @@ struct Binding {
   // never delays a release on another.
   std::atomic<uint32_t> device_thread{0};  // 0 none, 1 started
   uint32_t handled_turn = 0;               // device thread only
+  // The odd turn the device thread ended itself at its quantum's end (kAttachEndsOwnQuantum):
+  // launchers treat it as revoked. Written before the launcher barrier, like a revoke's turn.
+  std::atomic<uint32_t> ended_turn{0};
   const Route* handled_route = nullptr;    // device thread only
   // Device thread only (activity.cpp): the turn in which it last cleared the queued-work
   // estimate, and the held turn whose quiet it rang about (0 once work is queued again).

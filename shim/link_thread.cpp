@@ -23,7 +23,8 @@ namespace quanta::shim {
 namespace {
 
 // A revoke: wait until no launcher of this process is inside the gate (later ones see the
-// even turn and block), drain, then publish the release and wake the arbiter.
+// even turn and block), drain, then publish the release of `turn` (the even turn the revoke
+// made, or the one it will make when the holder ends its own turn) and wake the arbiter.
 void release(Binding* binding, const Route* route, uint32_t turn) {
   DTRACE_PROBE2(quanta, drain_begin, route->gpu_index, route->slot_index);
   launcher_barrier();
@@ -55,6 +56,25 @@ void release(Binding* binding, const Route* route, uint32_t turn) {
   binding->handled_turn = turn;
   binding->handled_route = route;
   binding->handled_valid.store(true, std::memory_order_relaxed);
+}
+
+// The holder's own end of its quantum (kAttachEndsOwnQuantum): once the end the arbiter
+// published passes with others still waiting, the odd turn counts as revoked for this
+// process's launchers, and the release of the next turn is published ahead of the revoke,
+// which then needs no wake-up of this thread. Returns how long until the end (0: nothing
+// to wait for).
+uint64_t end_own_turn(Binding* binding, const Route* route, uint32_t turn, uint64_t now) {
+  if (!(turn & 1u) || binding->ended_turn.load(std::memory_order_relaxed) == turn) return 0;
+  const uint64_t end = route->slot->end_at_ns.load(std::memory_order_acquire);
+  if (end == 0) return 0;
+  if (now < end) return end - now;
+  if (route->control->header.waiters.load(std::memory_order_relaxed) == 0) return 0;
+  // The turn the end was published for: a grant or revoke clears the end before moving it.
+  if (route->slot->turn.load(std::memory_order_seq_cst) != turn) return 0;
+  binding->ended_turn.store(turn, std::memory_order_seq_cst);
+  binding->tracking.store(1, std::memory_order_seq_cst);  // the short gate goes to enter()
+  release(binding, route, turn + 1);
+  return 0;
 }
 
 void check_lease(Binding* binding, const Route* route, uint64_t now) {
@@ -128,6 +148,8 @@ void* device_thread_main(void* argument) {
     // is released promptly and a busy one never looks idle.
     uint64_t timeout = kLinkWaitSliceNs;
     const uint64_t now = monotonic_ns();
+    const uint64_t until_end = end_own_turn(binding, route, turn, now);
+    if (until_end != 0 && until_end < timeout) timeout = until_end;
     const uint64_t again = refresh_inflight(binding, route, now);
     if (again != 0 && again < timeout) timeout = again;
     ring_when_quiet(binding, route);
@@ -225,6 +247,7 @@ void link_threads_reset_in_child() {
   for (Binding& binding : g_bindings) {
     binding.device_thread.store(0);
     binding.gate_waiting.store(0);
+    binding.ended_turn.store(0);
     binding.handled_route = nullptr;
   }
 }

@@ -300,8 +300,9 @@ AttachOutcome attach_locked(Binding* binding) {
   common::AttachMessage attach{};
   attach.header = common::make_header<common::AttachMessage>(common::MessageType::kAttach);
   copy_text(attach.uuid, sizeof attach.uuid, binding->uuid);
-  // The device thread's ring_when_quiet and ring_when_grant_unused.
-  attach.flags = common::kAttachReportsQuiet | common::kAttachReportsUnusedGrant;
+  // The device thread's ring_when_quiet, ring_when_grant_unused and end_own_turn.
+  attach.flags = common::kAttachReportsQuiet | common::kAttachReportsUnusedGrant |
+                 common::kAttachEndsOwnQuantum;
   ArbiterReply reply;
   int fds[1] = {-1};
   int fd_count = 0;
@@ -610,6 +611,7 @@ Rejoin reconnect() {
       if (attached == AttachOutcome::kAttached) {
         binding.state.store(kReady, std::memory_order_release);
         binding.handled_valid = false;
+        binding.ended_turn.store(0, std::memory_order_seq_cst);  // a turn of the old route
         if (!had_route) charge_earlier_allocations(&binding);
       } else if (!had_route) {
         binding.state.store(kFailed, std::memory_order_release);
@@ -722,6 +724,7 @@ void session_reset_in_child() {
     binding.lapsed.store(0);
     binding.lapse_logged.store(0);
     binding.handled_valid = false;
+    binding.ended_turn.store(0);
   }
 }
 

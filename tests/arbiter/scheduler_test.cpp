@@ -214,6 +214,106 @@ TEST(Scheduler, AHolderThatReportsItsQuietIsLookedAtOnlyOnceItsWorkRanOut) {
 // ends the quanta of several GPUs with one wake-up); the pass that comes then revokes the
 // holder as one on time would. Every other deadline is exact: the minimum hold before an
 // outranking waiter, and an idle check that falls before the quantum's end.
+// A holder whose shim ends its own quantum is told when (self_end_ns) only while a waiter
+// of its rank waits; the arbiter wakes for it only at a backstop after that end, long enough
+// for twice its measured drain, and a pass there revokes it. Its release ahead of the revoke
+// (a give-back past the end) hands the GPU on in the same decision, and its drain from the
+// end is measured into the backstop.
+TEST(Scheduler, AHolderThatEndsItsOwnQuantumIsToldWhenAndRevokedOnlyAtABackstop) {
+  const SchedulerOptions o = idle_check_options();  // 50 ms quanta, slack 5 ms
+  Scheduler sched(o);
+  uint64_t now = 1 * kNsPerSec;
+  grant_the_first_of_two(sched, now, true);
+  sched.set_ends_own_quantum(1, true);
+  sched.set_ends_own_quantum(2, true);
+  sched.set_reports_quiet(2, true);
+  ASSERT_EQ(sched.holder(), 1u);
+  const uint64_t end = now + o.quantum_ns;
+  sched.set_activity(1, now, 5 * kNsPerMs, now);
+  sched.decide(now);
+  EXPECT_EQ(sched.self_end_ns(), 0u) << "nobody waits: nothing to end";
+  sched.set_want(2, true, now);
+  sched.decide(now);
+  EXPECT_EQ(sched.self_end_ns(), end);
+  const uint64_t backstop = end + o.quantum_ns / 10;  // no drain measured yet
+  EXPECT_EQ(sched.next_deadline(), backstop) << "no wake-up at the end itself";
+  // The holder's release of the next turn, 3 ms past the end: the waiter is granted at once.
+  now = end + 3 * kNsPerMs;
+  sched.set_activity(1, now - 3 * kNsPerMs, 0, now);
+  sched.released(1, now);
+  const std::vector<Action> actions = sched.decide(now);
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0], (Action{Action::Kind::kRevoke, 1}));
+  EXPECT_EQ(actions[1], (Action{Action::Kind::kGrant, 2}));
+  EXPECT_EQ(sched.expected_drain_ns(1), 3 * kNsPerMs) << "drained from its end";
+  // Tenant 1 waits again: tenant 2's end is published, its backstop comes a slack later.
+  sched.set_want(1, true, now);
+  sched.set_activity(2, now, 5 * kNsPerMs, now);
+  sched.decide(now);
+  const uint64_t end2 = now + o.quantum_ns;
+  EXPECT_EQ(sched.self_end_ns(), end2);
+  EXPECT_EQ(sched.next_deadline(), end2 + o.quantum_ns / 10);
+  // No release by the backstop: revoked there, like any holder at its quantum's end.
+  now = sched.next_deadline();
+  sched.set_activity(2, now, 5 * kNsPerMs, now);
+  const std::vector<Action> backstopped = sched.decide(now);
+  ASSERT_EQ(backstopped.size(), 1u);
+  EXPECT_EQ(backstopped[0], (Action{Action::Kind::kRevoke, 2}));
+  EXPECT_EQ(sched.self_end_ns(), 0u) << "revoking: nothing left to end";
+}
+
+TEST(Scheduler, AHolderThatEndsItsOwnQuantumWaitsForTwiceItsDrainAndIsPublishedOnlyForItsRank) {
+  const SchedulerOptions o = idle_check_options();
+  {
+    // A drain of 4 ms measured from the end: the next backstop allows 8 ms more.
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    sched.set_ends_own_quantum(1, true);
+    sched.set_ends_own_quantum(2, true);
+    sched.set_reports_quiet(2, true);
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    now = sched.self_end_ns() + 4 * kNsPerMs;
+    sched.released(1, now);
+    sched.decide(now);
+    ASSERT_EQ(sched.holder(), 2u);
+    sched.set_want(1, true, now);
+    sched.set_activity(2, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    // Tenant 2 has no drain measured; tenant 1's is what it measured, when it holds again.
+    EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns + o.quantum_ns / 10);
+    EXPECT_EQ(sched.expected_drain_ns(1), 4 * kNsPerMs);
+  }
+  {
+    // A shim that does not end its own quantum: revoked at its end, nothing published.
+    Scheduler sched(o);
+    uint64_t now = 1 * kNsPerSec;
+    grant_the_first_of_two(sched, now, true);
+    sched.set_want(2, true, now);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.decide(now);
+    EXPECT_EQ(sched.self_end_ns(), 0u);
+    EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns);
+  }
+  {
+    // An outranking waiter takes the GPU at the minimum hold, by a revoke: nothing to end.
+    SchedulerOptions strict = o;
+    strict.drain_overlap = false;
+    Scheduler sched(strict);
+    uint64_t now = 1 * kNsPerSec;
+    sched.set_pod_policy(2, priority(Priority::kInteractive), now);
+    grant_the_first_of_two(sched, now, true);
+    sched.set_ends_own_quantum(1, true);
+    sched.set_activity(1, now, 5 * kNsPerMs, now);
+    sched.set_want(2, true, now);
+    sched.decide(now);
+    EXPECT_EQ(sched.self_end_ns(), 0u);
+    EXPECT_EQ(sched.next_deadline(), now + o.quantum_min_ns);
+  }
+}
+
 TEST(Scheduler, AQuantumsEndMayBeServedUpToItsSlackLateAndNothingElseMay) {
   SchedulerOptions o = idle_check_options();
   ASSERT_EQ(o.quantum_slack_ppm, 100'000u) << "the default slack is a tenth of the quantum";

@@ -154,7 +154,7 @@ if wanted interception; then
       batch --kernel-ms 1 --seconds 2 >"$work/lookup-$lookup.json" 2>"$work/lookup-$lookup.err" &
     tenant=$!
     launches=0
-    for _ in $(seq 30); do
+    while kill -0 "$tenant" 2>/dev/null; do
       sleep 0.05
       quantactl status --json >"$work/status.json" 2>/dev/null || continue
       launches=$(json_get "$work/status.json" \
@@ -207,11 +207,13 @@ fi
 # The ledger against NVML's per-process usage: a tenant holding 2 x 512 MiB must show at
 # least that in both; the difference is the context memory the ledger charges as overhead.
 if wanted memory; then
+  # Watched for as long as the tenant lives (on a loaded machine its start alone can take
+  # seconds), not for a fixed number of looks.
   QUANTA_POD=check/capped "${shimmed[@]}" "$kit/bin/quanta-tenant" --json alloc --family alloc \
-    --bytes 512Mi --count 2 --hold-ms 2000 >"$work/hold.json" 2>"$work/hold.err" &
+    --bytes 512Mi --count 2 --hold-ms 3000 >"$work/hold.json" 2>"$work/hold.err" &
   holder=$!
   ledger= nvml=
-  for _ in $(seq 30); do
+  while kill -0 "$holder" 2>/dev/null; do
     sleep 0.1
     quantactl status --json >"$work/status.json" 2>/dev/null || continue
     ledger=$(json_get "$work/status.json" \

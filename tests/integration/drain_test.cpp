@@ -144,23 +144,30 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   expect_clean_exit(c.b, "tenant b");
 }
 
-// A switch wakes the arbiter twice: at the quantum's end (the revoke) and at the release (the
-// grant). The third wake-up each switch used to cost, idle_release after the grant, ended
-// the released tenant's presumed want (its want was read with the release) and looked at the
-// fresh holder (its shim rings if the grant goes unused, kAttachReportsUnusedGrant).
-TEST(Drain, AContendedGpuWakesTheArbiterTwicePerSwitch) {
+// A switch wakes the arbiter once, at the release: the holder's shim ends its own quantum
+// at the end the arbiter published (kAttachEndsOwnQuantum) and releases the next turn ahead
+// of the revoke, so the arbiter neither wakes at the quantum's end nor wakes the holder to
+// revoke it; it grants the waiter in the pass the release rings for. It used to wake at the
+// quantum's end too (and, before that, a third time idle_release after each grant).
+TEST(Drain, AContendedGpuWakesTheArbiterOncePerSwitch) {
   World world(test_name(), ArbiterConfig{.quantum = "20ms", .pods = {{"a", 1, ""}, {"b", 1, ""}}});
   world.start_arbiter();
   Contention c;
   ASSERT_NO_FATAL_FAILURE(contend(world, 2000, &c));
   const uint64_t switches = c.delta("switches");
   const uint64_t wakeups = c.delta("passes") + c.delta("holder_looks");
+  const uint64_t ended = c.delta("ended_by_holder");
   EXPECT_GE(switches, 20u) << "the tenants did not take turns";
-  // Two per switch, a heartbeat's every 100 ms (the lease is 400 ms) and the status
-  // requests: 196 for 88 switches here, 268 for 86 before.
-  EXPECT_LE(wakeups, 2 * switches + switches / 4 + 30)
+  // A pass that falls past a quantum's end for another reason revokes the holder as before,
+  // so not every turn need end by itself; most do.
+  EXPECT_GE(ended, switches / 2) << ended << " of " << switches << " turns ended by their holder";
+  // One per switch, a heartbeat's every 100 ms (the lease is 400 ms) and the status
+  // requests, with room for backstops on a loaded machine: 109 for 87 switches here, and
+  // two per switch before (200 for 71 on a loaded machine).
+  EXPECT_LE(wakeups, switches + switches / 2 + 30)
       << "in 2 s of contention: " << c.delta("passes") << " passes and " << c.delta("holder_looks")
-      << " looks at the holder for " << switches << " switches";
+      << " looks at the holder for " << switches << " switches, " << ended
+      << " turns ended by their holder";
   expect_clean_exit(c.a, "tenant a");
   expect_clean_exit(c.b, "tenant b");
 }
