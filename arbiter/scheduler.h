@@ -100,8 +100,8 @@ class Scheduler {
   void set_reports_unused_grant(SlotId slot, bool reports_unused_grant);
   // The tenant's shim ends its own turn at the quantum's end the arbiter publishes
   // (kAttachEndsOwnQuantum, self_end_ns()): decide() then does not wake at that end but a
-  // backstop later (the quantum's slack, at least quantum_min), and revokes the holder
-  // there if its release has not come. A shim that claims this and never ends its turns
+  // backstop later (the quantum's slack, at least quantum_min, plus twice its measured
+  // drain), and revokes the holder there if its release has not come. A shim that claims this and never ends its turns
   // keeps each grant that much longer, as a slow drain would.
   void set_ends_own_quantum(SlotId slot, bool ends_own_quantum);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its hold).
