@@ -307,7 +307,6 @@ void activity_reset_in_child() {
     binding.gap_average_ns.store(0);
     binding.busy_run.store(0);
     binding.tracking.store(0);
-    binding.ended_turn.store(0);
     binding.quiet_turn = 0;
     binding.quiet_rung_turn = 0;
     binding.grant_watch = GrantWatch{};

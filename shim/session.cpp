@@ -724,7 +724,6 @@ void session_reset_in_child() {
     binding.lapsed.store(0);
     binding.lapse_logged.store(0);
     binding.handled_valid = false;
-    binding.ended_turn.store(0);
   }
 }
 

@@ -53,6 +53,13 @@ void grant_the_first_of_two(Scheduler& sched, uint64_t now, bool reports_quiet) 
   sched.decide(now);
 }
 
+// Tenant 2 starts waiting behind holder 1, busy with 5 ms queued; one decision.
+void wait_behind_busy_holder(Scheduler& sched, uint64_t now) {
+  sched.set_want(2, true, now);
+  sched.set_activity(1, now, 5 * kNsPerMs, now);
+  sched.decide(now);
+}
+
 // The contention tests' options: 20 ms quanta, 2 ms idle_release.
 SchedulerOptions contention_options() {
   SchedulerOptions o;
@@ -272,9 +279,7 @@ TEST(Scheduler, AHolderThatEndsItsOwnQuantumWaitsForTwiceItsDrainAndIsPublishedO
     sched.set_ends_own_quantum(1, true);
     sched.set_ends_own_quantum(2, true);
     sched.set_reports_quiet(2, true);
-    sched.set_want(2, true, now);
-    sched.set_activity(1, now, 5 * kNsPerMs, now);
-    sched.decide(now);
+    wait_behind_busy_holder(sched, now);
     now = sched.self_end_ns() + 4 * kNsPerMs;
     sched.released(1, now);
     sched.decide(now);
@@ -291,9 +296,7 @@ TEST(Scheduler, AHolderThatEndsItsOwnQuantumWaitsForTwiceItsDrainAndIsPublishedO
     Scheduler sched(o);
     uint64_t now = 1 * kNsPerSec;
     grant_the_first_of_two(sched, now, true);
-    sched.set_want(2, true, now);
-    sched.set_activity(1, now, 5 * kNsPerMs, now);
-    sched.decide(now);
+    wait_behind_busy_holder(sched, now);
     EXPECT_EQ(sched.self_end_ns(), 0u);
     EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns);
   }
@@ -342,9 +345,7 @@ TEST(Scheduler, AQuantumsEndMayBeServedUpToItsSlackLateAndNothingElseMay) {
     Scheduler sched(exact);
     uint64_t now = 1 * kNsPerSec;
     grant_the_first_of_two(sched, now, true);
-    sched.set_want(2, true, now);
-    sched.set_activity(1, now, 5 * kNsPerMs, now);
-    sched.decide(now);
+    wait_behind_busy_holder(sched, now);
     EXPECT_EQ(sched.next_deadline(), now + o.quantum_ns);
     EXPECT_EQ(sched.latest_deadline(), now + o.quantum_ns) << "no slack: on time";
   }
