@@ -16,7 +16,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 endif
 
-.PHONY: all deps configure build test test-asan test-tsan test-fuzz demo demo-containers bench gpu-kit clean format
+.PHONY: all deps configure build test test-asan test-tsan test-fuzz fuzz demo demo-containers bench gpu-kit clean format
 
 all: build
 
@@ -50,10 +50,16 @@ test-tsan: deps
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch $$(uname -m) -R scripts/run-tests.sh $(TSAN_BUILD) -L unit
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" setarch $$(uname -m) -R scripts/run-tests.sh $(TSAN_BUILD) -R '^Arbiter(Daemon|Isolation|Enforce)'
 
-# libFuzzer targets (clang), each run for FUZZ_SECONDS over its seed corpus.
+# libFuzzer targets (clang), each run for FUZZ_SECONDS over its seed corpus: `test-fuzz`
+# from a fixed seed per target (CI), `fuzz` from a new one each time (looking further).
 FUZZ_SECONDS ?= 20
 test-fuzz: deps
-	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQUANTA_FUZZ=ON -DQUANTA_BUILD_BPF=OFF -DQUANTA_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_ARGS)
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQUANTA_FUZZ=ON -DQUANTA_FUZZ_EXPLORE=OFF -DQUANTA_BUILD_BPF=OFF -DQUANTA_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target quanta_fuzzers
+	scripts/run-tests.sh $(FUZZ_BUILD) -L fuzz
+
+fuzz: deps
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQUANTA_FUZZ=ON -DQUANTA_FUZZ_EXPLORE=ON -DQUANTA_BUILD_BPF=OFF -DQUANTA_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target quanta_fuzzers
 	scripts/run-tests.sh $(FUZZ_BUILD) -L fuzz
 

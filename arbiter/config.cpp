@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 #include "arbiter/names.h"
 #include "common/shm_layout.h"
@@ -248,16 +250,60 @@ std::string policy_error(const common::Policy& policy) {
 
 namespace {
 
-// The line (1-based) of a table header whose name starts with a character no key may start
-// with ("[=x]"), or of a non-ASCII byte outside strings and comments, or 0. toml++ 3.3 assumes such a header away instead of refusing it (an
-// assertion in debug builds, undefined behaviour under clang in release ones), so the
-// arbiter refuses it first. Lines inside multi-line strings are not headers.
-size_t bad_table_header(std::string_view text) {
+// Whether the space at text[at] follows a value of ten characters (underscores aside) with
+// '-' fifth and eighth, and precedes one digit and then the value's end: never TOML, and
+// the one shape toml++ 3.3 reads as "a date and a time" up to an end it assumes away.
+bool date_then_one_digit(std::string_view text, size_t at) {
+  const auto ends_value = [](char c) {
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']' || c == '}' ||
+           c == '#';
+  };
+  if (at + 2 >= text.size() || text[at + 1] < '0' || text[at + 1] > '9') return false;
+  if (!ends_value(text[at + 2])) return false;
+  size_t start = at;
+  while (start > 0 && !ends_value(text[start - 1]) && text[start - 1] != '=' &&
+         text[start - 1] != '[' && text[start - 1] != '{') {
+    --start;
+  }
+  const char first = text[start];
+  if (!((first >= '0' && first <= '9') || first == '+' || first == '-')) return false;
+  char counted[10];
+  size_t n = 0;
+  for (size_t k = start; k < at; ++k) {
+    if (text[k] == '_') continue;
+    if (n == sizeof counted) return false;
+    counted[n++] = text[k];
+  }
+  return n == sizeof counted && counted[4] == '-' && counted[7] == '-';
+}
+
+// What toml++ 3.3 would mishandle rather than refuse, found before it parses, as
+// "LINE: problem" (1-based), or "". Each is a syntax error in TOML:
+// - a table header whose name starts with a character no key may start with ("[=x]"),
+//   which the parser assumes away (an assertion in debug builds, undefined behaviour under
+//   clang in release ones);
+// - a non-ASCII byte outside strings and comments;
+// - a '}' or ']' that closes the other kind of bracket ("a = [1, }"): the parser asserts
+//   that an array's next value does not start with '}';
+// - a date, a space and one digit ("a = 1979-05-27 0"): the parser asserts that the digit
+//   does not end the value.
+// Lines inside strings and comments are text. Non-ASCII characters the parser meets inside
+// tokens are its own errors: the build's copy of its headers (cmake/QuantaDeps.cmake)
+// answers "not a space" for them.
+std::string refused_before_parsing(std::string_view text) {
+  static constexpr const char* kNotAKey =
+      ": a table header names no table, or a key is not ASCII: use [name] or [pod.\"NAME\"], "
+      "and keys of letters, digits, _ and - (other text only in quotes or comments)";
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte-order mark
   enum class In { kNothing, kBasicMulti, kLiteralMulti };
   In in = In::kNothing;
   size_t line_no = 1;
   bool line_start = true;
+  struct Open {
+    char bracket;
+    size_t line;
+  };
+  std::vector<Open> open;  // the brackets not yet closed, innermost last
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
@@ -268,7 +314,7 @@ size_t bad_table_header(std::string_view text) {
     if (in != In::kNothing) {  // inside a multi-line string: only its end matters
       const char* end = in == In::kBasicMulti ? "\"\"\"" : "'''";
       if (in == In::kBasicMulti && c == '\\') {
-        ++i;
+        if (++i < text.size() && text[i] == '\n') ++line_no;  // a line-ending backslash
       } else if (text.compare(i, 3, end) == 0) {
         in = In::kNothing;
         i += 2;
@@ -279,12 +325,12 @@ size_t bad_table_header(std::string_view text) {
     if (line_start && c == '[') {  // a table header: its name must start like a key
       size_t k = text.find_first_not_of(" \t", i + 1);
       if (k != std::string_view::npos && text[k] == '[') k = text.find_first_not_of(" \t", k + 1);
-      if (k == std::string_view::npos) return line_no;
+      if (k == std::string_view::npos) return std::to_string(line_no) + kNotAKey;
       const char n = text[k];
       const bool key_start = (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') ||
                              (n >= '0' && n <= '9') || n == '_' || n == '-' || n == '"' ||
                              n == '\'' || n == ']';
-      if (!key_start) return line_no;
+      if (!key_start) return std::to_string(line_no) + kNotAKey;
     }
     line_start = false;
     if (c == '#') {  // a comment: skip to the end of the line
@@ -305,26 +351,37 @@ size_t bad_table_header(std::string_view text) {
     }
     if (c == '"' || c == '\'') {  // a one-line string: to its closing quote or the line's end
       for (++i; i < text.size() && text[i] != c && text[i] != '\n'; ++i) {
-        if (c == '"' && text[i] == '\\') ++i;
+        if (c == '"' && text[i] == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
       }
       if (i < text.size() && text[i] == '\n') --i;
       continue;
     }
-    // Outside strings and comments TOML is ASCII; toml++ 3.3 reaches an unreachable
-    // branch on some non-ASCII bare keys, so they are refused here too.
-    if (static_cast<unsigned char>(c) >= 0x80) return line_no;
+    if (static_cast<unsigned char>(c) >= 0x80) return std::to_string(line_no) + kNotAKey;
+    if (c == ' ' && date_then_one_digit(text, i)) {
+      return std::to_string(line_no) +
+             ": a date is followed by a space and one digit: a time after a date is "
+             "HH:MM:SS, as in 1979-05-27 07:32:00";
+    }
+    if (c == '[' || c == '{') {
+      open.push_back({c, line_no});
+    } else if ((c == ']' || c == '}') && !open.empty()) {
+      const Open o = open.back();
+      open.pop_back();
+      if (o.bracket != (c == ']' ? '[' : '{')) {
+        return std::to_string(line_no) + ": '" + c + "' closes the '" + o.bracket +
+               "' opened on line " + std::to_string(o.line) +
+               ": an array ends with ']' and an inline table with '}'";
+      }
+    }
   }
-  return 0;
+  return "";
 }
 
 }  // namespace
 
 NodeConfig parse_config(const std::string& text, const std::string& source_name) {
-  if (const size_t line = bad_table_header(text); line != 0) {
-    throw ConfigError(source_name + ":" + std::to_string(line) +
-                      ": a table header names no table, or a key is not ASCII: use [name] or "
-                      "[pod.\"NAME\"], and keys of letters, digits, _ and - (other text only in "
-                      "quotes or comments)");
+  if (const std::string refusal = refused_before_parsing(text); !refusal.empty()) {
+    throw ConfigError(source_name + ":" + refusal);
   }
   toml::table root;
   try {

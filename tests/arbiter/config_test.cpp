@@ -291,6 +291,80 @@ TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {
   EXPECT_NO_THROW(parse_config("# caf\xC3\xA9\n[node]\nscope = \"q\" # \xC3\xA9\n", "test.toml"));
 }
 
+// The TOML parser asks whether a character outside ASCII is a space wherever a space may
+// stand, including inside tokens it has not yet refused: a number run into a string, and
+// the start of the line after a multi-line string's line-ending backslash. The answer is
+// "no" for every block of Unicode, so the first is a syntax error with its place and the
+// second is text.
+TEST(Config, ACharacterOutsideAsciiWhereASpaceMayStandIsRefusedWithItsPlace) {
+  for (const char* text : {
+           "[node]\nlisten = [44\"\xC2\xA7\"]\n",          // U+00A7
+           "[node]\nlisten = [44\"\xE3\x80\x81\"]\n",      // U+3001
+           "[node]\nlisten = [44\"\xEF\xBB\xBE\"]\n",      // U+FEFE
+       }) {
+    const std::string e = refusal(text);
+    EXPECT_EQ(e.rfind("test.toml:2:", 0), 0u) << text << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  static const char kFoundByFuzzing[] =
+      "Zsc= [4444444444444\"'||\x00\x00`@\x00\x1A\xC5\xA5||||||||||||||||]\x00||||||||||||||au'qa+' \n";
+  const std::string found_by_fuzzing =
+      refusal(std::string(kFoundByFuzzing, sizeof kFoundByFuzzing - 1));
+  EXPECT_EQ(found_by_fuzzing.rfind("test.toml:1:", 0), 0u) << found_by_fuzzing;
+}
+
+TEST(Config, ALineEndingBackslashKeepsTheNextLinesFirstCharacterOutsideAscii) {
+  for (const char* next : {"\xC2\xA7", "\xE3\x80\x81", "\xEF\xBB\xBE"}) {
+    const NodeConfig c = parse_config(
+        std::string("[node]\nstate_dir = \"\"\"/var/lib/\\\n  ") + next + "\"\"\"\n", "test.toml");
+    EXPECT_EQ(c.state_dir, std::string("/var/lib/") + next);
+  }
+}
+
+// A bracket that closes the other kind is refused before the parser reads it (which would
+// assert that an array's value never starts with '}'), naming both lines; strings,
+// comments and multi-line strings do not count, and line-ending backslashes keep the count.
+TEST(Config, ABracketClosingTheOtherKindIsRefusedWithBothLines) {
+  const struct {
+    const char* text;
+    const char* refusal;
+  } cases[] = {
+      {"[node]\nlisten = [}]\n", "test.toml:2: '}' closes the '[' opened on line 2"},
+      {"[node]\nlisten = [1,\n# a comment ]\n}]\n", "test.toml:4: '}' closes the '[' opened on line 2"},
+      {"[node]\nlisten = [\t}\n", "test.toml:2: '}' closes the '[' opened on line 2"},
+      {"[node]\nlisten = [[1],}\n", "test.toml:2: '}' closes the '[' opened on line 2"},
+      {"[node]\nlisten = {a = [}]}\n", "test.toml:2: '}' closes the '[' opened on line 2"},
+      {"[node]\nlisten = {a = 1]\n", "test.toml:2: ']' closes the '{' opened on line 2"},
+      {"[node]\nscope = \"\"\"a\\\n  b]\"\"\"\nlisten = [\"}\", '}',\n}\n",
+       "test.toml:5: '}' closes the '[' opened on line 4"},
+      {"[node]\nscope = \"a\\\nlisten = [}\n", "test.toml:3: '}' closes the '[' opened on line 3"},
+  };
+  for (const auto& c : cases) {
+    const std::string e = refusal(c.text);
+    EXPECT_EQ(e.rfind(c.refusal, 0), 0u) << c.text << ": " << e;
+  }
+  EXPECT_NO_THROW(parse_config("[node]\ngpus = [ \"u-1\", # ]\n  'u}2' ]\n", "test.toml"));
+  const std::string quoted = refusal("[pod.\"a]}\"]\n");
+  EXPECT_EQ(quoted.find("closes the"), std::string::npos) << quoted;
+}
+
+// A date, a space and one digit is refused before the parser reads it (which would assert
+// that the digit does not end the value); a date and a time with a space between load.
+TEST(Config, ADateFollowedByOneDigitIsRefusedWithItsLine) {
+  for (const char* text : {"[node]\nlisten = 1979-05-27 0\n", "[node]\nlisten = [1979-05-27 7]\n",
+                           "[node]\nlisten = 4464-64-`8 0\n", "[node]\nlisten=1979-0_5-27 1,\n",
+                           "[node]\nlisten = 1979-05-27 0 # a comment\n"}) {
+    const std::string e = refusal(text);
+    EXPECT_EQ(e.rfind("test.toml:2: a date is followed by a space and one digit", 0), 0u)
+        << text << ": " << e;
+  }
+  for (const char* text : {"[node]\nlisten = 1979-05-27 07:32:00\n", "[node]\nlisten = 1979-05-27\n",
+                           "[node]\nlisten = \"1979-05-27 0\"\n", "# 1979-05-27 0\n"}) {
+    const std::string e = refusal(text);
+    EXPECT_EQ(e.find("a date is followed"), std::string::npos) << text << ": " << e;
+  }
+}
+
 TEST(Config, HookTimeoutParsesAndIsBounded) {
   EXPECT_EQ(parse_config("", "test.toml").hook.timeout_ns, 5'000'000'000u);
   EXPECT_EQ(parse_config("[hook]\ntimeout = \"750ms\"\n", "test.toml").hook.timeout_ns,
