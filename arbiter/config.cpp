@@ -278,7 +278,7 @@ bool date_then_one_digit(std::string_view text, size_t at) {
 }
 
 // What toml++ 3.3 would mishandle rather than refuse, found before it parses, as
-// "LINE: problem" (1-based), or "". Each is a syntax error in TOML:
+// "LINE:COLUMN: problem" (1-based, columns in characters), or "". Each is a syntax error in TOML:
 // - a table header whose name starts with a character no key may start with ("[=x]"),
 //   which the parser assumes away (an assertion in debug builds, undefined behaviour under
 //   clang in release ones);
@@ -298,23 +298,33 @@ std::string refused_before_parsing(std::string_view text) {
   enum class In { kNothing, kBasicMulti, kLiteralMulti };
   In in = In::kNothing;
   size_t line_no = 1;
+  size_t line_begin = 0;  // where line_no begins in text
   bool line_start = true;
+  const auto place = [&](size_t at) {
+    size_t column = 1;
+    for (size_t k = line_begin; k < at; ++k) column += (text[k] & 0xC0) != 0x80;
+    return std::to_string(line_no) + ":" + std::to_string(column);
+  };
   struct Open {
     char bracket;
-    size_t line;
+    std::string place;  // LINE:COLUMN
   };
   std::vector<Open> open;  // the brackets not yet closed, innermost last
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (c == '\n') {
       ++line_no;
+      line_begin = i + 1;
       line_start = true;
       continue;
     }
     if (in != In::kNothing) {  // inside a multi-line string: only its end matters
       const char* end = in == In::kBasicMulti ? "\"\"\"" : "'''";
       if (in == In::kBasicMulti && c == '\\') {
-        if (++i < text.size() && text[i] == '\n') ++line_no;  // a line-ending backslash
+        if (++i < text.size() && text[i] == '\n') {  // a line-ending backslash
+          ++line_no;
+          line_begin = i + 1;
+        }
       } else if (text.compare(i, 3, end) == 0) {
         in = In::kNothing;
         i += 2;
@@ -325,12 +335,12 @@ std::string refused_before_parsing(std::string_view text) {
     if (line_start && c == '[') {  // a table header: its name must start like a key
       size_t k = text.find_first_not_of(" \t", i + 1);
       if (k != std::string_view::npos && text[k] == '[') k = text.find_first_not_of(" \t", k + 1);
-      if (k == std::string_view::npos) return std::to_string(line_no) + kNotAKey;
+      if (k == std::string_view::npos) return place(i) + kNotAKey;
       const char n = text[k];
       const bool key_start = (n >= 'a' && n <= 'z') || (n >= 'A' && n <= 'Z') ||
                              (n >= '0' && n <= '9') || n == '_' || n == '-' || n == '"' ||
                              n == '\'' || n == ']';
-      if (!key_start) return std::to_string(line_no) + kNotAKey;
+      if (!key_start) return place(k) + kNotAKey;
     }
     line_start = false;
     if (c == '#') {  // a comment: skip to the end of the line
@@ -339,37 +349,36 @@ std::string refused_before_parsing(std::string_view text) {
       i = nl - 1;
       continue;
     }
-    if (text.compare(i, 3, "\"\"\"") == 0) {
-      in = In::kBasicMulti;
-      i += 2;
-      continue;
-    }
-    if (text.compare(i, 3, "'''") == 0) {
-      in = In::kLiteralMulti;
-      i += 2;
-      continue;
-    }
-    if (c == '"' || c == '\'') {  // a one-line string: to its closing quote or the line's end
+    // A quote opens a string where a key or a value may start; inside a bare token (12"ab")
+    // the parser reads it as part of the token, and so does this scan.
+    const bool token_start =
+        i == 0 || std::string_view(" \t\r\n=[{,.").find(text[i - 1]) != std::string_view::npos;
+    if (token_start && (c == '"' || c == '\'')) {
+      if (text.compare(i, 3, c == '"' ? "\"\"\"" : "'''") == 0) {
+        in = c == '"' ? In::kBasicMulti : In::kLiteralMulti;
+        i += 2;
+        continue;
+      }
+      // a one-line string: to its closing quote or the line's end
       for (++i; i < text.size() && text[i] != c && text[i] != '\n'; ++i) {
         if (c == '"' && text[i] == '\\' && i + 1 < text.size() && text[i + 1] != '\n') ++i;
       }
       if (i < text.size() && text[i] == '\n') --i;
       continue;
     }
-    if (static_cast<unsigned char>(c) >= 0x80) return std::to_string(line_no) + kNotAKey;
+    if (static_cast<unsigned char>(c) >= 0x80) return place(i) + kNotAKey;
     if (c == ' ' && date_then_one_digit(text, i)) {
-      return std::to_string(line_no) +
+      return place(i + 1) +
              ": a date is followed by a space and one digit: a time after a date is "
              "HH:MM:SS, as in 1979-05-27 07:32:00";
     }
     if (c == '[' || c == '{') {
-      open.push_back({c, line_no});
+      open.push_back({c, place(i)});
     } else if ((c == ']' || c == '}') && !open.empty()) {
       const Open o = open.back();
       open.pop_back();
       if (o.bracket != (c == ']' ? '[' : '{')) {
-        return std::to_string(line_no) + ": '" + c + "' closes the '" + o.bracket +
-               "' opened on line " + std::to_string(o.line) +
+        return place(i) + ": '" + c + "' closes the '" + o.bracket + "' opened at " + o.place +
                ": an array ends with ']' and an inline table with '}'";
       }
     }
