@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "arbiter/names.h"
+
 namespace quanta::arbiter {
 namespace {
 
@@ -56,20 +58,21 @@ std::string parse_fit_probe(const std::string& share, const std::string& memory,
   FitProbe p;
   common::ParseError err;
   uint32_t ppm = 0;
-  if (!common::parse_share(share, &ppm, &err)) return "share \"" + share + "\": " + err.text;
+  if (!common::parse_share(share, &ppm, &err)) return err.text;
   p.share = ppm / static_cast<double>(common::kShareScale);
   p.share_label = share;
   p.memory_label = memory;
   if (!memory.empty() && memory.back() == '%') {
     uint32_t fraction_ppm = 0;
     if (!common::parse_share(memory, &fraction_ppm, &err)) {
-      return "memory \"" + memory + "\": a percentage of the GPU's memory in (0%, 100%]";
+      return "memory \"" + printable(memory) + "\": a percentage of the GPU's memory in (0%, 100%]";
     }
     p.memory_fraction = fraction_ppm / static_cast<double>(common::kShareScale);
   } else if (memory == "0") {
     p.memory_bytes = 0;
   } else if (!common::parse_bytes(memory, &p.memory_bytes, &err)) {
-    return "memory \"" + memory + "\": " + err.text + ", or a percentage of the GPU (\"40%\")";
+    return "memory \"" + printable(memory) + "\": " + err.text +
+           ", or a percentage of the GPU (\"40%\")";
   }
   *out = p;
   return "";

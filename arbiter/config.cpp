@@ -44,7 +44,7 @@ bool value_text(const toml::node& node, std::string* out) {
 std::string shown(const toml::node& node) {
   std::ostringstream os;
   if (auto s = node.as_string()) {
-    os << '"' << s->get() << '"';
+    os << '"' << printable(s->get()) << '"';
   } else if (node.is_table()) {
     os << "a table";
   } else if (node.is_array()) {
@@ -76,7 +76,7 @@ class Reader {
       if (ok) continue;
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw ConfigError(where(source_, k.source()) + ": unknown key \"" + std::string(k.str()) +
+      throw ConfigError(where(source_, k.source()) + ": unknown key \"" + printable(k.str()) +
                         "\" in " + section + ": allowed keys are " + list);
     }
   }
@@ -596,7 +596,7 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     const toml::table& pods = r.table_value(*n, "pod");
     for (auto&& [k, v] : pods) {
       std::string name(k.str());
-      std::string section = "pod.\"" + name + "\"";
+      std::string section = "pod.\"" + printable(name) + "\"";
       if (std::string err = check_pod_key(name, "the pod name"); !err.empty()) r.fail(v, section, err);
       common::Policy p = cfg.defaults;
       r.policy_table(r.table_value(v, section), section, &p);

@@ -3,6 +3,7 @@
 #include "common/policy.h"
 
 #include <cstdio>
+#include <cstring>
 
 namespace quanta::common {
 namespace {
@@ -47,7 +48,31 @@ size_t parse_decimal(std::string_view s, Decimal* d) {
   return any ? i : 0;
 }
 
-int text_len(std::string_view s) { return static_cast<int>(s.size() > 64 ? 64 : s.size()); }
+// The offending text as a message quotes it: at most 64 characters, control characters and
+// backslashes escaped, so that every message stays one line whatever the text holds.
+struct Quoted {
+  char text[65];
+};
+
+Quoted quoted(std::string_view s) {
+  Quoted q{};
+  size_t n = 0;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    char piece[5] = {ch, 0, 0, 0, 0};
+    size_t len = 1;
+    if (c < 0x20 || c == 0x7f) {
+      len = static_cast<size_t>(std::snprintf(piece, sizeof(piece), "\\x%02x", c));
+    } else if (c == '\\') {
+      piece[1] = '\\';
+      len = 2;
+    }
+    if (n + len > sizeof(q.text) - 1) break;
+    std::memcpy(q.text + n, piece, len);
+    n += len;
+  }
+  return q;
+}
 
 }  // namespace
 
@@ -56,8 +81,8 @@ bool parse_weight(std::string_view text, uint32_t* out, ParseError* err) {
   size_t used = parse_decimal(text, &d);
   if (used == 0 || used != text.size() || d.frac_nano != 0 || d.overflow || d.whole < kMinWeight ||
       d.whole > kMaxWeight) {
-    return fail(err, "weight \"%.*s\" is not allowed: use a whole number from %u to %u",
-                text_len(text), text.data(), kMinWeight, kMaxWeight);
+    return fail(err, "weight \"%s\" is not allowed: use a whole number from %u to %u",
+                quoted(text).text, kMinWeight, kMaxWeight);
   }
   *out = static_cast<uint32_t>(d.whole);
   return true;
@@ -71,8 +96,8 @@ bool parse_priority(std::string_view text, Priority* out, ParseError* err) {
   } else if (text == "best-effort") {
     *out = Priority::kBestEffort;
   } else {
-    return fail(err, "priority \"%.*s\" is not allowed: use interactive, batch or best-effort",
-                text_len(text), text.data());
+    return fail(err, "priority \"%s\" is not allowed: use interactive, batch or best-effort",
+                quoted(text).text);
   }
   return true;
 }
@@ -91,9 +116,9 @@ bool parse_share(std::string_view text, uint32_t* out_ppm, ParseError* err) {
   }
   if (ppm == 0 || ppm > kShareScale || d.whole > 100) {
     return fail(err,
-                "share \"%.*s\" is not allowed: use a fraction greater than 0 and at most 1 "
+                "share \"%s\" is not allowed: use a fraction greater than 0 and at most 1 "
                 "(\"0.3\") or a percentage (\"30%%\")",
-                text_len(text), text.data());
+                quoted(text).text);
   }
   *out_ppm = static_cast<uint32_t>(ppm);
   return true;
@@ -125,9 +150,9 @@ bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err) {
     }
   }
   return fail(err,
-              "memory size \"%.*s\" is not allowed: use a positive number of bytes with an "
+              "memory size \"%s\" is not allowed: use a positive number of bytes with an "
               "optional suffix Ki, Mi, Gi, Ti, k, M, G or T (\"10Gi\")",
-              text_len(text), text.data());
+              quoted(text).text);
 }
 
 bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
@@ -152,9 +177,9 @@ bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
     }
   }
   return fail(err,
-              "duration \"%.*s\" is not allowed: use a positive number with a unit ns, us, ms "
+              "duration \"%s\" is not allowed: use a positive number with a unit ns, us, ms "
               "or s (\"20ms\")",
-              text_len(text), text.data());
+              quoted(text).text);
 }
 
 const char* priority_name(Priority p) {

@@ -369,6 +369,20 @@ TEST(Config, ADateFollowedByOneDigitIsRefusedWithItsLine) {
   }
 }
 
+// A refusal is one line whatever the file's strings and quoted keys hold: newlines and
+// control characters in them are shown escaped.
+TEST(Config, ARefusalQuotingAStringOrKeyWithANewlineIsOneLine) {
+  for (const char* text : {"[pod.\"a\\nb\"]\nweight = 3\n", "[node]\n\"a\\nb\" = 1\n",
+                           "[node]\nscope = \"a\\nb\\u0007\"\n", "[pod.\"a\"]\n\"x\\ny\" = 1\n",
+                           "[pod.\"a\"]\nweight = \"3\\n\"\n", "[node]\nlisten = \"\\n\"\n",
+                           "[pod.\"a\"]\nmemory_limit = \"1\\rGi\"\n"}) {
+    const std::string e = refusal(text);
+    EXPECT_EQ(e.rfind("test.toml:", 0), 0u) << text << ": " << e;
+    EXPECT_EQ(e.find_first_of("\n\r\x07"), std::string::npos) << text << ": " << e;
+  }
+  EXPECT_NE(refusal("[pod.\"a\\nb\"]\n").find("pod.\"a\\x0ab\""), std::string::npos);
+}
+
 TEST(Config, HookTimeoutParsesAndIsBounded) {
   EXPECT_EQ(parse_config("", "test.toml").hook.timeout_ns, 5'000'000'000u);
   EXPECT_EQ(parse_config("[hook]\ntimeout = \"750ms\"\n", "test.toml").hook.timeout_ns,

@@ -407,6 +407,13 @@ TEST(Capacity, ProbesRefuseWhatTheyCannotMean) {
   EXPECT_NE(parse_fit_probe("0", "1Gi", &p), "");
   EXPECT_NE(parse_fit_probe("1.5", "1Gi", &p), "");
   EXPECT_NE(parse_fit_probe("0.5", "lots", &p).find("memory \"lots\""), std::string::npos);
+  // What a refusal quotes is escaped: the message stays one line.
+  EXPECT_NE(parse_fit_probe("0.5\n", "1Gi", &p).find("share \"0.5\\x0a\" is not allowed"),
+            std::string::npos);
+  EXPECT_NE(parse_fit_probe("0.5", "1\nGi", &p).find("memory \"1\\x0aGi\": memory size"),
+            std::string::npos);
+  EXPECT_NE(parse_fit_probe("0.5", "1\n%", &p).find("memory \"1\\x0a%\": a percentage"),
+            std::string::npos);
   EXPECT_NE(parse_fit_probe("0.5", "140%", &p), "");
   ASSERT_EQ(parse_fit_probe("50%", "25%", &p), "");
   EXPECT_EQ(p.memory_on(8ull << 30), 2ull << 30);

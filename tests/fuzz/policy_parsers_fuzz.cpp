@@ -13,9 +13,12 @@ namespace {
 using namespace quanta::common;
 
 void check_message(bool ok, const ParseError& err) {
-  // A refusal always says something; the buffer is always terminated.
+  // A refusal always says something on one line; the buffer is always terminated.
   if (std::memchr(err.text, '\0', sizeof(err.text)) == nullptr) std::abort();
   if (!ok && err.text[0] == '\0') std::abort();
+  for (const char* c = err.text; !ok && *c != '\0'; ++c) {
+    if (static_cast<unsigned char>(*c) < 0x20 || *c == 0x7f) std::abort();
+  }
 }
 
 }  // namespace

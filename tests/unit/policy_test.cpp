@@ -77,3 +77,26 @@ TEST(PolicyParse, DurationRequiresAUnit) {
     EXPECT_NE(std::string(err.text).find("ns, us, ms"), std::string::npos);
   }
 }
+
+// Every refusal is one line that still says what is allowed: the text it quotes has its
+// control characters and backslashes escaped and is cut at 64 characters.
+TEST(PolicyParse, ARefusalQuotesTheTextEscapedOnOneLine) {
+  ParseError err;
+  uint32_t w = 0;
+  EXPECT_FALSE(parse_weight("3\n", &w, &err));
+  EXPECT_NE(std::string(err.text).find("weight \"3\\x0a\" is not allowed"), std::string::npos)
+      << err.text;
+  Priority p;
+  EXPECT_FALSE(parse_priority("batch\r\x1b[2J\\", &p, &err));
+  EXPECT_NE(std::string(err.text).find("\"batch\\x0d\\x1b[2J\\\\\""), std::string::npos)
+      << err.text;
+  uint64_t bytes = 0;
+  EXPECT_FALSE(parse_bytes(std::string(200, '\n'), &bytes, &err));
+  const std::string cut(err.text);
+  std::string sixteen;  // 64 characters of escapes
+  for (int i = 0; i < 16; ++i) sixteen += "\\x0a";
+  EXPECT_NE(cut.find("memory size \"" + sixteen + "\" is not allowed: use a positive number"),
+            std::string::npos)
+      << cut;
+  EXPECT_EQ(cut.find_first_of("\n\r\x1b"), std::string::npos) << cut;
+}
