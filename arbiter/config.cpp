@@ -278,7 +278,8 @@ bool date_then_one_digit(std::string_view text, size_t at) {
 }
 
 // What toml++ 3.3 would mishandle rather than refuse, found before it parses, as
-// "LINE:COLUMN: problem" (1-based, columns in characters), or "". Each is a syntax error in TOML:
+// "LINE:COLUMN: problem" (1-based, columns in characters), or "". Each is a syntax error
+// in TOML:
 // - a table header whose name starts with a character no key may start with ("[=x]"),
 //   which the parser assumes away (an assertion in debug builds, undefined behaviour under
 //   clang in release ones);
@@ -300,14 +301,18 @@ std::string refused_before_parsing(std::string_view text) {
   size_t line_no = 1;
   size_t line_begin = 0;  // where line_no begins in text
   bool line_start = true;
-  const auto place = [&](size_t at) {
-    size_t column = 1;
-    for (size_t k = line_begin; k < at; ++k) column += (text[k] & 0xC0) != 0x80;
-    return std::to_string(line_no) + ":" + std::to_string(column);
+  struct Place {
+    size_t line, line_begin, at;
   };
+  const auto shown = [text](const Place& p) {
+    size_t column = 1;
+    for (size_t k = p.line_begin; k < p.at; ++k) column += (text[k] & 0xC0) != 0x80;
+    return std::to_string(p.line) + ":" + std::to_string(column);
+  };
+  const auto place = [&](size_t at) { return shown(Place{line_no, line_begin, at}); };
   struct Open {
     char bracket;
-    std::string place;  // LINE:COLUMN
+    Place where;
   };
   std::vector<Open> open;  // the brackets not yet closed, innermost last
   for (size_t i = 0; i < text.size(); ++i) {
@@ -373,13 +378,13 @@ std::string refused_before_parsing(std::string_view text) {
              "HH:MM:SS, as in 1979-05-27 07:32:00";
     }
     if (c == '[' || c == '{') {
-      open.push_back({c, place(i)});
+      open.push_back({c, Place{line_no, line_begin, i}});
     } else if ((c == ']' || c == '}') && !open.empty()) {
       const Open o = open.back();
       open.pop_back();
       if (o.bracket != (c == ']' ? '[' : '{')) {
-        return place(i) + ": '" + c + "' closes the '" + o.bracket + "' opened at " + o.place +
-               ": an array ends with ']' and an inline table with '}'";
+        return place(i) + ": '" + c + "' closes the '" + o.bracket + "' opened at " +
+               shown(o.where) + ": an array ends with ']' and an inline table with '}'";
       }
     }
   }

@@ -295,16 +295,17 @@ TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {
 // the token runs into a quote (44"§"), which starts no string there.
 TEST(Config, ACharacterOutsideAsciiWhereASpaceMayStandIsRefusedWithItsPlace) {
   for (const char* text : {
-           "[node]\nlisten = [44\"\xC2\xA7\"]\n",          // U+00A7
-           "[node]\nlisten = [44\"\xE3\x80\x81\"]\n",      // U+3001
-           "[node]\nlisten = [44\"\xEF\xBB\xBE\"]\n",      // U+FEFE
+           "[node]\nlisten = [44\"\xC2\xA7\"]\n",      // U+00A7
+           "[node]\nlisten = [44\"\xE3\x80\x81\"]\n",  // U+3001
+           "[node]\nlisten = [44\"\xEF\xBB\xBE\"]\n",  // U+FEFE
        }) {
     const std::string e = refusal(text);
     EXPECT_EQ(e.rfind("test.toml:2:", 0), 0u) << text << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << e;
   }
   static const char kFoundByFuzzing[] =
-      "Zsc= [4444444444444\"'||\x00\x00`@\x00\x1A\xC5\xA5||||||||||||||||]\x00||||||||||||||au'qa+' \n";
+      "Zsc= [4444444444444\"'||\x00\x00`@\x00\x1A\xC5\xA5||||||||||||||||"
+      "]\x00||||||||||||||au'qa+' \n";
   const std::string found_by_fuzzing =
       refusal(std::string(kFoundByFuzzing, sizeof kFoundByFuzzing - 1));
   EXPECT_EQ(found_by_fuzzing.rfind("test.toml:1:", 0), 0u) << found_by_fuzzing;
@@ -330,7 +331,8 @@ TEST(Config, ABracketClosingTheOtherKindIsRefusedWithBothLines) {
     const char* refusal;
   } cases[] = {
       {"[node]\nlisten = [}]\n", "test.toml:2:11: '}' closes the '[' opened at 2:10"},
-      {"[node]\nlisten = [1,\n# a comment ]\n}]\n", "test.toml:4:1: '}' closes the '[' opened at 2:10"},
+      {"[node]\nlisten = [1,\n# a comment ]\n}]\n",
+       "test.toml:4:1: '}' closes the '[' opened at 2:10"},
       {"[node]\nlisten = [\t}\n", "test.toml:2:12: '}' closes the '[' opened at 2:10"},
       {"[node]\nlisten = [[1],}\n", "test.toml:2:15: '}' closes the '[' opened at 2:10"},
       {"[node]\nlisten = {a = [}]}\n", "test.toml:2:16: '}' closes the '[' opened at 2:15"},
@@ -362,8 +364,9 @@ TEST(Config, ADateFollowedByOneDigitIsRefusedWithItsLine) {
               std::string::npos)
         << text << ": " << e;
   }
-  for (const char* text : {"[node]\nlisten = 1979-05-27 07:32:00\n", "[node]\nlisten = 1979-05-27\n",
-                           "[node]\nlisten = \"1979-05-27 0\"\n", "# 1979-05-27 0\n"}) {
+  for (const char* text :
+       {"[node]\nlisten = 1979-05-27 07:32:00\n", "[node]\nlisten = 1979-05-27\n",
+        "[node]\nlisten = \"1979-05-27 0\"\n", "# 1979-05-27 0\n"}) {
     const std::string e = refusal(text);
     EXPECT_EQ(e.find("a date is followed"), std::string::npos) << text << ": " << e;
   }
