@@ -250,9 +250,12 @@ std::string policy_error(const common::Policy& policy) {
 
 namespace {
 
-// Whether the space at text[at] follows a value of ten characters (underscores aside) with
-// '-' fifth and eighth, and precedes one digit and then the value's end: never TOML, and
-// the one shape toml++ 3.3 reads as "a date and a time" up to an end it assumes away.
+// Whether the space at text[at] follows a value of ten characters (underscores aside) that
+// starts with a digit or a sign and has '-' fifth and eighth, and precedes one digit and
+// then the value's end: never TOML, and the one shape toml++ 3.3 reads as "a date and a
+// time" up to an end it assumes away. The value may start where the run of characters
+// before the space starts, or after any '=', '[' or '{' in that run (the parser reads
+// "a=1979-05-27" as a key and a value, "4464-08-=" as one value).
 bool date_then_one_digit(std::string_view text, size_t at) {
   const auto ends_value = [](char c) {
     return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == ',' || c == ']' || c == '}' ||
@@ -260,21 +263,23 @@ bool date_then_one_digit(std::string_view text, size_t at) {
   };
   if (at + 2 >= text.size() || text[at + 1] < '0' || text[at + 1] > '9') return false;
   if (!ends_value(text[at + 2])) return false;
-  size_t start = at;
-  while (start > 0 && !ends_value(text[start - 1]) && text[start - 1] != '=' &&
-         text[start - 1] != '[' && text[start - 1] != '{') {
+  size_t counted = 0;  // characters from a candidate start up to the space, underscores aside
+  for (size_t start = at; start > 0 && !ends_value(text[start - 1]) && counted <= 10;) {
     --start;
+    if (text[start] != '_') ++counted;
+    const bool candidate = start == 0 || ends_value(text[start - 1]) || text[start - 1] == '=' ||
+                           text[start - 1] == '[' || text[start - 1] == '{';
+    if (!candidate || counted != 10) continue;
+    const char first = text[start];
+    if (!((first >= '0' && first <= '9') || first == '+' || first == '-')) continue;
+    char chars[10] = {};
+    size_t n = 0;
+    for (size_t k = start; k < at && n < sizeof(chars); ++k) {
+      if (text[k] != '_') chars[n++] = text[k];
+    }
+    if (chars[4] == '-' && chars[7] == '-') return true;
   }
-  const char first = text[start];
-  if (!((first >= '0' && first <= '9') || first == '+' || first == '-')) return false;
-  char counted[10];
-  size_t n = 0;
-  for (size_t k = start; k < at; ++k) {
-    if (text[k] == '_') continue;
-    if (n == sizeof counted) return false;
-    counted[n++] = text[k];
-  }
-  return n == sizeof counted && counted[4] == '-' && counted[7] == '-';
+  return false;
 }
 
 // What toml++ 3.3 would mishandle rather than refuse, found before it parses, as

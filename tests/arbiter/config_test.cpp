@@ -354,9 +354,10 @@ TEST(Config, ABracketClosingTheOtherKindIsRefusedWithBothLines) {
 // A date, a space and one digit is refused before the parser reads it (which would assert
 // that the digit does not end the value); a date and a time with a space between load.
 TEST(Config, ADateFollowedByOneDigitIsRefusedWithItsLine) {
-  for (const char* text : {"[node]\nlisten = 1979-05-27 0\n", "[node]\nlisten = [1979-05-27 7]\n",
-                           "[node]\nlisten = 4464-6'-`8 0\n", "[node]\nlisten=1979-0_5-27 1,\n",
-                           "[node]\nlisten = 1979-05-27 0 # a comment\n"}) {
+  for (const char* text :
+       {"[node]\nlisten = 1979-05-27 0\n", "[node]\nlisten = [1979-05-27 7]\n",
+        "[node]\nlisten = 4464-6'-`8 0\n", "[node]\nlisten=1979-0_5-27 1,\n",
+        "[node]\nlisten=4464-08-=\\ 4\n", "[node]\nlisten = 1979-05-27 0 # a comment\n"}) {
     const std::string e = refusal(text);
     EXPECT_EQ(e.rfind("test.toml:2:", 0), 0u) << text << ": " << e;
     EXPECT_NE(e.find(": a date is followed by a space and one digit: a time after a date is "
