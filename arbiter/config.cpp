@@ -263,21 +263,18 @@ bool date_then_one_digit(std::string_view text, size_t at) {
   };
   if (at + 2 >= text.size() || text[at + 1] < '0' || text[at + 1] > '9') return false;
   if (!ends_value(text[at + 2])) return false;
-  size_t counted = 0;  // characters from a candidate start up to the space, underscores aside
-  for (size_t start = at; start > 0 && !ends_value(text[start - 1]) && counted <= 10;) {
-    --start;
-    if (text[start] != '_') ++counted;
-    const bool candidate = start == 0 || ends_value(text[start - 1]) || text[start - 1] == '=' ||
-                           text[start - 1] == '[' || text[start - 1] == '{';
-    if (!candidate || counted != 10) continue;
-    const char first = text[start];
-    if (!((first >= '0' && first <= '9') || first == '+' || first == '-')) continue;
-    char chars[10] = {};
-    size_t n = 0;
-    for (size_t k = start; k < at && n < sizeof(chars); ++k) {
-      if (text[k] != '_') chars[n++] = text[k];
-    }
-    if (chars[4] == '-' && chars[7] == '-') return true;
+  size_t counted = 0;  // characters back from the space, underscores aside
+  bool dashes = true;  // the eighth and the fifth of ten are '-' (third and sixth counted back)
+  for (size_t start = at; start > 0 && !ends_value(text[start - 1]);) {
+    const char c = text[--start];
+    if (c == '_') continue;
+    ++counted;
+    if ((counted == 3 || counted == 6) && c != '-') dashes = false;
+    if (counted < 10) continue;
+    const bool value_start = start == 0 || ends_value(text[start - 1]) ||
+                             text[start - 1] == '=' || text[start - 1] == '[' ||
+                             text[start - 1] == '{';
+    return value_start && dashes && ((c >= '0' && c <= '9') || c == '+' || c == '-');
   }
   return false;
 }

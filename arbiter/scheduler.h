@@ -101,8 +101,8 @@ class Scheduler {
   // The tenant's shim ends its own turn at the quantum's end the arbiter publishes
   // (kAttachEndsOwnQuantum, self_end_ns()): decide() then does not wake at that end but a
   // backstop later (the quantum's slack, at least quantum_min, plus twice its measured
-  // drain), and revokes the holder there if its release has not come. A shim that claims this and never ends its turns
-  // keeps each grant that much longer, as a slow drain would.
+  // drain), and revokes the holder there if its release has not come. A shim that claims
+  // this and never ends its turns keeps each grant that much longer, as a slow drain would.
   void set_ends_own_quantum(SlotId slot, bool ends_own_quantum);
   // Hints from the tenant's GateChannel (untrusted: only ever used to shorten its hold).
   void set_activity(SlotId slot, uint64_t last_launch_ns, uint64_t inflight_ns, uint64_t now);
