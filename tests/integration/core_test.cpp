@@ -75,6 +75,18 @@ std::string describe(const std::vector<Hold>& holds) {
   return text;
 }
 
+// Gated with a 20 ms quantum, a tenant keeps the engine to itself for its quantum (10 ms
+// leaves room for a revoke landing while its last kernel is still queued); ungated, simgpu
+// alternates every 1 ms. One hold in ten may be short: the scheduler rightly passes over a
+// holder whose queue runs dry, as it does when a loaded machine starves the holder's
+// launching thread of CPU. So the pattern is judged, not each hold.
+void expect_holds_of_a_quantum(const std::vector<Hold>& holds, const std::string& what) {
+  size_t short_holds = 0;
+  for (const Hold& hold : holds) short_holds += hold.end_ns - hold.start_ns < 10 * kMs;
+  EXPECT_LE(short_holds * 10, holds.size()) << what << describe(holds);
+  EXPECT_GE(median_length(holds), 15 * kMs) << what << describe(holds);
+}
+
 // The slot `pid` holds on GPU 0, once the arbiter admitted it.
 uint32_t wait_for_slot(const ControlView& control, pid_t pid, double timeout_s = 5) {
   uint32_t slot = common::kNoSlot;
@@ -140,12 +152,7 @@ TEST(Core, GatedTenantsNeverInterleaveWithinAQuantum) {
   const auto native = interrupted_holds(holds_among(slices, {na.pid(), nb.pid()}));
   ASSERT_GE(gated.size(), 10u) << "the gated pair barely alternated: " << describe(gated);
   ASSERT_GE(native.size(), 10u) << "the native pair barely alternated: " << describe(native);
-  // Quantum 20 ms: once granted, a tenant keeps the engine to itself for its quantum (the
-  // bound leaves room for a revoke landing while its last kernel is still queued).
-  for (const Hold& hold : gated) {
-    EXPECT_GE(hold.end_ns - hold.start_ns, 10 * kMs) << "tenants interleaved within a quantum: " << describe(gated);
-  }
-  EXPECT_GE(median_length(gated), 15 * kMs) << describe(gated);
+  expect_holds_of_a_quantum(gated, "tenants interleaved within a quantum: ");
   EXPECT_LT(median_length(native), 5 * kMs) << "the baseline did not interleave: " << describe(native);
 }
 
@@ -438,12 +445,8 @@ TEST(Core, ArbiterRestartUnderLoadCausesNoTenantError) {
   const auto slices = read_sim_log(world.sim_log_path());
   const auto after = interrupted_holds(holds_among(slices, {a.pid(), b.pid()}), restarted_at + 1000 * kMs);
   ASSERT_GE(after.size(), 5u) << "the tenants barely alternated after the restart: " << describe(after);
-  // Ungated, simgpu alternates every 1 ms; gated, each hold lasts a quantum. The re-adopted
-  // scheduler may cut a single hold short (its own policy), so judge the pattern, not one hold.
-  size_t short_holds = 0;
-  for (const Hold& hold : after) short_holds += hold.end_ns - hold.start_ns < 10 * kMs;
-  EXPECT_LE(short_holds * 10, after.size()) << "gating not back 1 s after the restart: " << describe(after);
-  EXPECT_GE(median_length(after), 15 * kMs) << "gating not back 1 s after the restart: " << describe(after);
+  // The re-adopted scheduler may also cut a single hold short (its own policy).
+  expect_holds_of_a_quantum(after, "gating not back 1 s after the restart: ");
 }
 
 TEST(Core, ProcessWithoutCudaPaysNothing) {
