@@ -19,8 +19,11 @@ HandoffTracer::HandoffTracer(Run& run, double seconds) : run_(run), seconds_(sec
   // thread, so a handoff counts only when the next tenant was already waiting.
   std::string uprobe_error;
   try {
+    // Each with the shim's own clock: `release` its stamp (argument 3), `gate_wait_end`
+    // the time waited and its stamp (3, 4), both read before the probe's trap, which on
+    // a virtual machine can cost more than the handoff it would otherwise be timed in.
     uprobes_ = std::make_unique<UprobeSession>(paths.shim, "quanta",
-                                               std::vector<std::string>{"release", "gate_wait_begin", "gate_wait_end"});
+                                               std::vector<ProbeRequest>{{"release", {3}}, {"gate_wait_end", {3, 4}}});
     attached_ = true;
     source_ = "tracefs uprobes";
     return;

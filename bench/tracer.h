@@ -1,7 +1,7 @@
 // Handoff latencies from Quanta's own USDT probes in the shim (quanta:release,
-// quanta:gate_wait_begin/end): through tracefs uprobes, else `quanta-trace handoff
-// --timeline`. Either way every release-to-next-launch interval is a sample, timed by the
-// kernel on CLOCK_MONOTONIC.
+// quanta:gate_wait_end): through tracefs uprobes, timed by the stamps the shim passes to
+// them, else `quanta-trace handoff --timeline`, timed by the kernel. Either way every
+// release-to-next-launch interval is a sample on CLOCK_MONOTONIC.
 #pragma once
 
 #include "harness.h"

@@ -16,22 +16,41 @@ struct UsdtProbe {
   std::string name;
   uint64_t address = 0;      // link-time address of the probe's nop
   uint64_t file_offset = 0;  // where a uprobe attaches
+  std::vector<std::string> arguments;  // where each argument lives, as the note says ("8@%rax")
 };
 
 // Probes of an ELF file; throws std::runtime_error naming what could not be read.
 std::vector<UsdtProbe> read_usdt_probes(const std::string& path);
 
+// A tracefs fetch argument ("%ax:u64", "+32(%r10):u32") for one USDT argument location
+// of x86-64 ("8@%rax", "4@32(%r10)", "-4@%ebx"); throws std::runtime_error naming a
+// location that tracefs cannot fetch (a constant, an indexed address).
+std::string tracefs_fetch(const std::string& location);
+
 struct ProbeHit {
   std::string probe;
   uint32_t tid = 0;
-  uint64_t ts_ns = 0;  // CLOCK_MONOTONIC
+  uint64_t ts_ns = 0;  // CLOCK_MONOTONIC, when the kernel recorded the hit
+  // The arguments asked for, in the order asked (ProbeRequest::arguments).
+  std::vector<uint64_t> arguments;
 };
+
+// A probe to record, and which of its arguments (1-based) to record with each hit.
+struct ProbeRequest {
+  std::string name;
+  std::vector<int> arguments;
+};
+
+// One line of a tracefs instance's text output for a uprobe event whose fetched
+// arguments are named a1, a2, ... ("quanta-tenant-812 [001] ..... 5563.632248: release:
+// (0x7f01) a1=123"); false for a line that is not one.
+bool parse_trace_line(const std::string& line, std::string& event, ProbeHit& hit);
 
 class UprobeSession {
  public:
-  // Attaches uprobes on `probes` (names of provider `provider`) in `binary` for every
-  // process that maps it; throws std::runtime_error with the reason when it cannot.
-  UprobeSession(const std::string& binary, const std::string& provider, const std::vector<std::string>& probes);
+  // Attaches uprobes on `probes` (of provider `provider`) in `binary` for every process
+  // that maps it; throws std::runtime_error with the reason when it cannot.
+  UprobeSession(const std::string& binary, const std::string& provider, const std::vector<ProbeRequest>& probes);
   ~UprobeSession();
   UprobeSession(const UprobeSession&) = delete;
   UprobeSession& operator=(const UprobeSession&) = delete;
@@ -45,14 +64,21 @@ class UprobeSession {
   std::string group_;
   std::string instance_;
   std::vector<std::string> events_;
+  std::map<std::string, size_t> argument_counts_;
   bool attached_ = false;
   uint64_t lost_ = 0;
 };
 
 // Handoffs from hits: on each device, a `release` by one tenant to the next
-// `gate_wait_end` of another tenant that was already waiting at its gate (its
-// `gate_wait_begin` came before the release). Threads are mapped to tenants (and tenants
-// to devices) by the caller. Returns microseconds.
+// `gate_wait_end` of another tenant that was already waiting at its gate when the GPU was
+// released. Threads are mapped to tenants (and tenants to devices) by the caller. Returns
+// microseconds.
+//
+// Hits that carry the shim's own clock (`release` with its stamp as argument 1,
+// `gate_wait_end` with the time waited and its stamp as arguments 1 and 2) are timed by
+// it: the stamps are read before each probe's trap, so the interval holds no trap of the
+// measuring probes, and the wait's start is its end less the time waited. Other hits are
+// timed by the kernel at the trap, with `gate_wait_begin` for the wait's start.
 std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices);
 

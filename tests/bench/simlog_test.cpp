@@ -81,7 +81,7 @@ namespace {
 TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
   // Tenant 0 (tids 10, 11) releases at 100; tenant 1 (tid 20), waiting since 50, passes
   // its gate at 130: a 30 ns handoff... in microseconds 0.03.
-  std::vector<ProbeHit> hits = {{"gate_wait_begin", 20, 50}, {"release", 11, 100}, {"gate_wait_end", 20, 130}};
+  std::vector<ProbeHit> hits = {{"gate_wait_begin", 20, 50, {}}, {"release", 11, 100, {}}, {"gate_wait_end", 20, 130, {}}};
   std::map<uint32_t, int> tenants = {{10, 0}, {11, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 1u);
@@ -90,13 +90,78 @@ TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
 
 TEST(Handoffs, IgnoreWaitsThatBeganAfterTheReleaseAndOtherDevices) {
   std::vector<ProbeHit> hits = {
-      {"release", 10, 100},
-      {"gate_wait_begin", 20, 5000}, {"gate_wait_end", 20, 6000},  // started waiting late
-      {"gate_wait_begin", 30, 50}, {"gate_wait_end", 30, 150},     // another device
-      {"gate_wait_begin", 10, 7000}, {"gate_wait_end", 10, 7100},  // the releaser itself
+      {"release", 10, 100, {}},
+      {"gate_wait_begin", 20, 5000, {}}, {"gate_wait_end", 20, 6000, {}},  // started waiting late
+      {"gate_wait_begin", 30, 50, {}}, {"gate_wait_end", 30, 150, {}},     // another device
+      {"gate_wait_begin", 10, 7000, {}}, {"gate_wait_end", 10, 7100, {}},  // the releaser itself
   };
   std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}, {30, 2}};
   EXPECT_TRUE(handoffs_from_hits(hits, tenants, {0, 0, 1}).empty());
+}
+
+TEST(Handoffs, AreTimedByTheShimsOwnStampsSoTheProbesTrapsFallOutside) {
+  // The kernel recorded the release 18 us after the shim's stamp (the trap) and the wait's
+  // end 18 us after its own; by the stamps the handoff took 30 us. The waiter's wait began
+  // at 150 - 140 = 10, before the release at 100.
+  std::vector<ProbeHit> hits = {{"release", 11, 18'100, {100'000}}, {"gate_wait_end", 20, 148'000, {140'000, 130'000}}};
+  std::map<uint32_t, int> tenants = {{11, 0}, {20, 1}};
+  auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_DOUBLE_EQ(handoffs[0], 30.0);
+  // A wait that began after the release (by its end less the time waited) is left out.
+  hits[1].arguments = {20'000, 130'000};
+  EXPECT_TRUE(handoffs_from_hits(hits, tenants, {0, 0}).empty());
+}
+
+TEST(Handoffs, FollowTheStampsOrderWhereTheKernelRecordedHitsOutOfIt) {
+  // The waiter's gate end was recorded before the release's trap finished recording: by
+  // the kernel's times it came first, by the stamps it follows the release.
+  std::vector<ProbeHit> hits = {{"gate_wait_end", 20, 40'000, {60'000, 35'000}}, {"release", 11, 41'000, {20'000}}};
+  std::map<uint32_t, int> tenants = {{11, 0}, {20, 1}};
+  auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
+  ASSERT_EQ(handoffs.size(), 1u);
+  EXPECT_DOUBLE_EQ(handoffs[0], 15.0);
+}
+
+TEST(TracefsFetch, TranslatesUsdtArgumentLocations) {
+  EXPECT_EQ(tracefs_fetch("8@%rax"), "%ax:u64");
+  EXPECT_EQ(tracefs_fetch("4@%ebx"), "%bx:u32");
+  EXPECT_EQ(tracefs_fetch("-4@%r15d"), "%r15:s32");
+  EXPECT_EQ(tracefs_fetch("4@32(%r10)"), "+32(%r10):u32");
+  EXPECT_EQ(tracefs_fetch("8@-16(%rbp)"), "-16(%bp):u64");
+  EXPECT_EQ(tracefs_fetch("2@(%rsp)"), "+0(%sp):u16");
+}
+
+TEST(TracefsFetch, RefusesWhatTracefsCannotFetchByName) {
+  for (const char* location : {"8@$5", "3@%rax", "%rax", "8@%xmm0", "8@8(%rax,%rbx,2)", "8@sym(%rip)", "8@%r16"}) {
+    try {
+      tracefs_fetch(location);
+      ADD_FAILURE() << location << " was accepted";
+    } catch (const std::runtime_error& error) {
+      EXPECT_NE(std::string(error.what()).find(location), std::string::npos) << error.what();
+    }
+  }
+}
+
+TEST(TraceLines, ParseTheTasksThreadTheTimeTheEventAndItsArguments) {
+  ProbeHit hit;
+  std::string event;
+  ASSERT_TRUE(parse_trace_line("  quanta-tenant-812    [001] d.... 55631.632248: release: (0x7f01a2) a1=123 a2=0x10",
+                               event, hit));
+  EXPECT_EQ(event, "release");
+  EXPECT_EQ(hit.tid, 812u);
+  EXPECT_EQ(hit.ts_ns, 55631632248000ull);
+  EXPECT_EQ(hit.arguments, (std::vector<uint64_t>{123, 16}));
+  // Without flags (older kernels), and a task name without its own dash.
+  ASSERT_TRUE(parse_trace_line("<...>-9 [000] 12.000001: gate_wait_end: (0x1)", event, hit));
+  EXPECT_EQ(hit.tid, 9u);
+  EXPECT_EQ(hit.ts_ns, 12000001000ull);
+  EXPECT_TRUE(hit.arguments.empty());
+  for (const char* line : {"# tracer: nop", "", "quanta-tenant-812 [001] d.... 55631.632248 release: (0x1)",
+                           "quanta-tenant-812 [001] d.... 55631.632248: release: (0x1) a1=12x",
+                           "quanta-tenant-812 [001] d.... 55631.6322: release: (0x1)"}) {
+    EXPECT_FALSE(parse_trace_line(line, event, hit)) << line;
+  }
 }
 
 TEST(UsdtNotes, AFileWithoutProbesIsRefusedClearly) {
