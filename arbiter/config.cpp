@@ -417,7 +417,7 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     r.check_keys(
         node, "[node]",
         {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus",
-         "nvml_interval"});
+         "nvml_interval", "nice"});
     for (auto&& [k, v] : node) {
       std::string key = "node." + std::string(k.str());
       if (k == "scope") {
@@ -440,6 +440,11 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
           if (cfg.nvml_interval_ns < 100'000'000 || cfg.nvml_interval_ns > 60'000'000'000)
             r.fail(v, key, "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
         }
+      } else if (k == "nice") {
+        auto i = v.as_integer();
+        if (i == nullptr || i->get() < -20 || i->get() > 19)
+          r.fail(v, key, "use a whole number from -20 (first to run) to 19 (last), as nice(1) takes");
+        cfg.nice = static_cast<int>(i->get());
       } else if (k == "gpus") {
         auto arr = v.as_array();
         if (arr == nullptr) r.fail(v, key, "use a list of GPU or MIG UUIDs ([\"GPU-…\"])");

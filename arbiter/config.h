@@ -78,6 +78,9 @@ struct NodeConfig {
   // How often NVML's per-process view is read (nvml_sampler.h): reconciliation with the
   // registry ([enforce] over_cap, unmanaged processes) and per-pod utilisation. 0 = never.
   uint64_t nvml_interval_ns = 1'000'000'000;
+  // The arbiter's nice value, -20 to 19 (cpu_priority.h): below the tenants' 0 by default,
+  // so the wake-ups that hand each GPU on do not queue behind the tenants' threads.
+  int nice = -10;
   SchedulerConfig scheduler;
   EnforceConfig enforce;
   ShimConfig shim;

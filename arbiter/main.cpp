@@ -15,6 +15,7 @@
 
 #include "arbiter/arbiter.h"
 #include "arbiter/config.h"
+#include "arbiter/cpu_priority.h"
 #include "arbiter/gpu_inventory.h"
 
 namespace {
@@ -28,7 +29,8 @@ std::string config_summary(const quanta::arbiter::NodeConfig& c) {
       c.gpus.empty() ? "every GPU NVML lists" : std::to_string(c.gpus.size()) + " listed GPU(s)";
   return c.source + ": ok (scope " + c.scope + ", tenant socket " + c.tenant_socket +
          ", admin socket " + c.admin_socket + ", state " + c.state_dir + ", " + gpus +
-         ", metrics " + (c.metrics.listen.empty() ? "off" : "on " + c.metrics.listen) + ", " +
+         ", metrics " + (c.metrics.listen.empty() ? "off" : "on " + c.metrics.listen) + ", nice " +
+         std::to_string(c.nice) + ", " +
          std::to_string(c.pods.size()) + " [pod] table(s))";
 }
 
@@ -130,6 +132,12 @@ int main(int argc, char** argv) {
       spdlog::flush_on(spdlog::level::info);
       std::fprintf(stderr, "quanta-arbiter: detaching; log in %s\n", log_path.c_str());
       if (daemon(0, 0) != 0) throw std::runtime_error("cannot detach (daemon failed)");
+    }
+    // Before any thread starts: they inherit it.
+    const std::string not_nice = quanta::arbiter::set_nice(config.nice);
+    if (!not_nice.empty()) {
+      spdlog::warn("{}; running at nice {}, so under CPU load grants wait longer for a CPU", not_nice,
+                   quanta::arbiter::current_nice());
     }
     if (wait_gpus && !wait_for_gpus(config)) return 0;
     quanta::arbiter::Arbiter arbiter(config);

@@ -272,6 +272,17 @@ TEST(Config, NvmlIntervalAndPodNamesAreChecked) {
   EXPECT_NE(name.find("letters, digits"), std::string::npos) << name;
 }
 
+TEST(Config, NiceIsAWholeNumberAsNiceTakesIt) {
+  EXPECT_EQ(parse_config("", "n.toml").nice, -10);
+  EXPECT_EQ(parse_config("[node]\nnice = 5\n", "n.toml").nice, 5);
+  EXPECT_EQ(parse_config("[node]\nnice = -20\n", "n.toml").nice, -20);
+  for (const char* value : {"-21", "20", "\"high\"", "1.5", "true"}) {
+    const std::string e = refusal(std::string("[node]\nnice = ") + value + "\n");
+    EXPECT_NE(e.find("test.toml:2:8: node.nice = "), std::string::npos) << e;
+    EXPECT_NE(e.find("from -20 (first to run) to 19 (last)"), std::string::npos) << e;
+  }
+}
+
 // Found by the node-config fuzzer: toml++ assumes a table name starts with a key character
 // (undefined behaviour when it does not), so such a header is refused before parsing.
 TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {

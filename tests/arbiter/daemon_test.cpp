@@ -384,6 +384,34 @@ TEST(ArbiterDaemon, TenantTruncatingItsPodRegionCannotCrashTheArbiter) {
   w.close_fds();
 }
 
+// Every thread of the arbiter's, from /proc/PID/task/*/stat (field 19).
+std::vector<int> nice_of_threads(pid_t pid) {
+  std::vector<int> out;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // after "pid (comm) "
+    std::string field;
+    for (int i = 3; i < 19 && fields >> field; ++i) {
+    }
+    int nice = 100;
+    if (fields >> nice) out.push_back(nice);
+  }
+  return out;
+}
+
+TEST(ArbiterDaemon, RunsAllItsThreadsAtTheConfiguredNiceValue) {
+  if (geteuid() != 0) GTEST_SKIP() << "a value below 0 needs CAP_SYS_NICE";
+  for (const auto& [config, expected] : std::vector<std::pair<std::string, int>>{{"", -10}, {"nice = -3\n", -3}}) {
+    Daemon d(config);
+    d.start();
+    const auto nices = nice_of_threads(d.pid());
+    ASSERT_GE(nices.size(), 2u) << "the arbiter and its helper threads";
+    for (int nice : nices) EXPECT_EQ(nice, expected) << "config: " << config;
+  }
+}
+
 TEST(ArbiterDaemon, HeartbeatFollowsTheLease) {
   Daemon d("[scheduler]\nlease = \"100ms\"\n");
   d.start();
