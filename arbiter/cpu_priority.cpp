@@ -3,22 +3,14 @@
 #include "arbiter/cpu_priority.h"
 
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
 namespace quanta::arbiter {
 
-namespace {
-
-id_t this_thread() { return static_cast<id_t>(syscall(SYS_gettid)); }
-
-}  // namespace
-
 std::string set_nice(int nice) {
-  if (setpriority(PRIO_PROCESS, this_thread(), nice) == 0) return "";
+  if (setpriority(PRIO_PROCESS, 0, nice) == 0) return "";
   const int error = errno;
   std::string why = "cannot set the arbiter's nice value to " + std::to_string(nice) + ": " + std::strerror(error);
   if (error == EACCES || error == EPERM) why += " (a value below the current one needs CAP_SYS_NICE)";
@@ -27,7 +19,7 @@ std::string set_nice(int nice) {
 
 int current_nice() {
   errno = 0;
-  return getpriority(PRIO_PROCESS, this_thread());
+  return getpriority(PRIO_PROCESS, 0);
 }
 
 }  // namespace quanta::arbiter

@@ -134,7 +134,8 @@ std::string tracefs_fetch(const std::string& location) {
     while (digits < name.size() && std::isdigit(static_cast<unsigned char>(name[digits]))) ++digits;
     const std::string number = name.substr(1, digits - 1);
     const std::string suffix = name.substr(digits);
-    if (name.size() > 1 && name[0] == 'r' && !number.empty() && std::stoi(number) >= 8 && std::stoi(number) <= 15 &&
+    if (name.size() > 1 && name[0] == 'r' && !number.empty() && number.size() <= 2 && std::stoi(number) >= 8 &&
+        std::stoi(number) <= 15 &&
         (suffix.empty() || suffix == "d" || suffix == "w" || suffix == "b")) {
       return "r" + number;
     }
@@ -227,8 +228,7 @@ UprobeSession::UprobeSession(const std::string& binary, const std::string& provi
         command += " a" + std::to_string(i + 1) + "=" + tracefs_fetch(probe->arguments[index - 1]);
       }
       write_file(tracefs_ + "/uprobe_events", command, true);
-      events_.push_back(request.name);
-      argument_counts_[request.name] = request.arguments.size();
+      events_[request.name] = request.arguments.size();
     }
     if (mkdir(instance_.c_str(), 0755) != 0 && errno != EEXIST) throw std::runtime_error("cannot create ftrace instance " + instance_);
     write_file(instance_ + "/trace_clock", "mono", false);
@@ -251,7 +251,7 @@ void UprobeSession::teardown() {
     write_quietly(instance_ + "/events/" + group_ + "/enable", "0", false);
     rmdir(instance_.c_str());
   }
-  for (const auto& name : events_) write_quietly(tracefs_ + "/uprobe_events", "-:" + group_ + "/" + name, true);
+  for (const auto& [name, arguments] : events_) write_quietly(tracefs_ + "/uprobe_events", "-:" + group_ + "/" + name, true);
   events_.clear();
   attached_ = false;
 }
@@ -274,8 +274,8 @@ std::vector<ProbeHit> UprobeSession::collect() {
     ProbeHit hit;
     std::string event;
     if (!parse_trace_line(line, event, hit)) continue;
-    auto count = argument_counts_.find(event);
-    if (count == argument_counts_.end() || hit.arguments.size() != count->second) continue;
+    auto attached = events_.find(event);
+    if (attached == events_.end() || hit.arguments.size() != attached->second) continue;
     hit.probe = event;
     hits.push_back(std::move(hit));
   }
@@ -286,23 +286,14 @@ std::vector<ProbeHit> UprobeSession::collect() {
 
 std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices) {
-  // Each hit's moment, and for a wait's end when the wait began, by the shim's own
-  // stamps where the hit carries them.
   struct Moment {
     const ProbeHit* hit;
-    uint64_t at_ns;
-    uint64_t wait_began_ns;  // gate_wait_end with its arguments only
+    uint64_t at_ns;  // the shim's stamp
   };
   std::vector<Moment> moments;
   for (const auto& hit : hits) {
-    if (hit.probe == "release" && hit.arguments.size() == 1) {
-      moments.push_back({&hit, hit.arguments[0], 0});
-    } else if (hit.probe == "gate_wait_end" && hit.arguments.size() == 2) {
-      const uint64_t waited = hit.arguments[0], end = hit.arguments[1];
-      moments.push_back({&hit, end, end > waited ? end - waited : 0});
-    } else {
-      moments.push_back({&hit, hit.ts_ns, 0});
-    }
+    if (hit.probe == "release" && hit.arguments.size() == 1) moments.push_back({&hit, hit.arguments[0]});
+    if (hit.probe == "gate_wait_end" && hit.arguments.size() == 2) moments.push_back({&hit, hit.arguments[1]});
   }
   std::stable_sort(moments.begin(), moments.end(), [](const Moment& a, const Moment& b) { return a.at_ns < b.at_ns; });
 
@@ -310,8 +301,7 @@ std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const 
     int tenant = -1;
     uint64_t at_ns = 0;
   };
-  std::map<int, Release> released;            // device -> last release not yet handed on
-  std::map<int, uint64_t> waiting_since;      // tenant -> gate_wait_begin of its current wait
+  std::map<int, Release> released;  // device -> last release not yet handed on
   std::vector<double> out;
   for (const auto& moment : moments) {
     const ProbeHit& hit = *moment.hit;
@@ -321,21 +311,17 @@ std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const 
     int device = tenant_devices[who];
     if (hit.probe == "release") {
       released[device] = Release{who, moment.at_ns};
-    } else if (hit.probe == "gate_wait_begin") {
-      waiting_since.emplace(who, moment.at_ns);
-    } else if (hit.probe == "gate_wait_end") {
-      if (hit.arguments.size() == 2) waiting_since[who] = moment.wait_began_ns;
-      auto began = waiting_since.find(who);
-      auto pending = released.find(device);
-      // A handoff: another tenant, already waiting when the GPU was released, passes
-      // its gate. A tenant that started waiting later measures its own lateness, not
-      // the handoff, and is left out.
-      if (pending != released.end() && pending->second.tenant != who && began != waiting_since.end() &&
-          began->second <= pending->second.at_ns) {
-        out.push_back(static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3);
-        released.erase(pending);
-      }
-      if (began != waiting_since.end()) waiting_since.erase(began);
+      continue;
+    }
+    const uint64_t waited = hit.arguments[0];
+    const uint64_t began = moment.at_ns > waited ? moment.at_ns - waited : 0;
+    auto pending = released.find(device);
+    // A handoff: another tenant, already waiting when the GPU was released, passes its
+    // gate. A tenant that started waiting later measures its own lateness, not the
+    // handoff, and is left out.
+    if (pending != released.end() && pending->second.tenant != who && began <= pending->second.at_ns) {
+      out.push_back(static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3);
+      released.erase(pending);
     }
   }
   return out;

@@ -63,8 +63,7 @@ class UprobeSession {
   std::string tracefs_;
   std::string group_;
   std::string instance_;
-  std::vector<std::string> events_;
-  std::map<std::string, size_t> argument_counts_;
+  std::map<std::string, size_t> events_;  // each attached probe, and how many arguments it records
   bool attached_ = false;
   uint64_t lost_ = 0;
 };
@@ -74,11 +73,11 @@ class UprobeSession {
 // released. Threads are mapped to tenants (and tenants to devices) by the caller. Returns
 // microseconds.
 //
-// Hits that carry the shim's own clock (`release` with its stamp as argument 1,
-// `gate_wait_end` with the time waited and its stamp as arguments 1 and 2) are timed by
-// it: the stamps are read before each probe's trap, so the interval holds no trap of the
-// measuring probes, and the wait's start is its end less the time waited. Other hits are
-// timed by the kernel at the trap, with `gate_wait_begin` for the wait's start.
+// Hits are timed by the shim's own clock, as the probes carry it: `release` its stamp
+// (argument 1), `gate_wait_end` the time waited and its stamp (arguments 1 and 2). The
+// stamps are read before each probe's trap, so the interval holds no trap of the
+// measuring probes, and a wait's start is its end less the time waited. Hits without
+// those arguments are left out.
 std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices);
 

@@ -81,7 +81,7 @@ namespace {
 TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
   // Tenant 0 (tids 10, 11) releases at 100; tenant 1 (tid 20), waiting since 50, passes
   // its gate at 130: a 30 ns handoff... in microseconds 0.03.
-  std::vector<ProbeHit> hits = {{"gate_wait_begin", 20, 50, {}}, {"release", 11, 100, {}}, {"gate_wait_end", 20, 130, {}}};
+  std::vector<ProbeHit> hits = {{"release", 11, 0, {100}}, {"gate_wait_end", 20, 0, {80, 130}}};
   std::map<uint32_t, int> tenants = {{10, 0}, {11, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 1u);
@@ -90,10 +90,10 @@ TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
 
 TEST(Handoffs, IgnoreWaitsThatBeganAfterTheReleaseAndOtherDevices) {
   std::vector<ProbeHit> hits = {
-      {"release", 10, 100, {}},
-      {"gate_wait_begin", 20, 5000, {}}, {"gate_wait_end", 20, 6000, {}},  // started waiting late
-      {"gate_wait_begin", 30, 50, {}}, {"gate_wait_end", 30, 150, {}},     // another device
-      {"gate_wait_begin", 10, 7000, {}}, {"gate_wait_end", 10, 7100, {}},  // the releaser itself
+      {"release", 10, 0, {100}},
+      {"gate_wait_end", 20, 0, {1000, 6000}},  // started waiting late, at 5000
+      {"gate_wait_end", 30, 0, {100, 150}},    // another device
+      {"gate_wait_end", 10, 0, {100, 7100}},   // the releaser itself
   };
   std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}, {30, 2}};
   EXPECT_TRUE(handoffs_from_hits(hits, tenants, {0, 0, 1}).empty());
@@ -133,7 +133,8 @@ TEST(TracefsFetch, TranslatesUsdtArgumentLocations) {
 }
 
 TEST(TracefsFetch, RefusesWhatTracefsCannotFetchByName) {
-  for (const char* location : {"8@$5", "3@%rax", "%rax", "8@%xmm0", "8@8(%rax,%rbx,2)", "8@sym(%rip)", "8@%r16"}) {
+  for (const char* location : {"8@$5", "3@%rax", "%rax", "8@%xmm0", "8@8(%rax,%rbx,2)", "8@sym(%rip)", "8@%r16",
+                               "8@%r123456789012"}) {
     try {
       tracefs_fetch(location);
       ADD_FAILURE() << location << " was accepted";
