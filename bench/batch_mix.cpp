@@ -125,10 +125,12 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
     if (!cpu_rate) add_note(out, "arbiter CPU time unreadable (arbiter gone?): " + run.arbiter_tail());
   }
   if (tracer) {
-    std::vector<double> handoffs = tracer->finish();
+    const std::vector<Handoff> all = tracer->finish();
+    const std::vector<double> handoffs = durations_within(all, window);
     out["handoff_p50_us"] = figure(percentile(handoffs, 50), 1);
     out["handoff_p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();
+    out["handoff_whole_run"] = whole_run_figures(all);
     out["handoff_source"] = tracer->source();
     if (!tracer->error().empty()) add_note(out, tracer->error());
   }

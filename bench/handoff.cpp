@@ -68,10 +68,12 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
     if (!log.slices.empty()) out.update(device_gaps(log, steady_window(start, seconds)));
   }
   if (tracer) {
-    std::vector<double> handoffs = tracer->finish();
+    const std::vector<Handoff> all = tracer->finish();
+    const std::vector<double> handoffs = durations_within(all, steady_window(start, seconds));
     out["p50_us"] = figure(percentile(handoffs, 50), 1);
     out["p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();
+    out["handoff_whole_run"] = whole_run_figures(all);
     out["handoff_source"] = tracer->source();
     if (!tracer->error().empty()) add_note(out, tracer->error());
     if (handoffs.empty() && tracer->error().empty()) add_note(out, "quanta-trace saw no handoff (no release followed by another slot's launch)");

@@ -35,7 +35,7 @@ std::optional<double> number(const Json& obj, const char* key) {
 Json summary(const Json& mix) {
   Json out = Json::object();
   for (const char* key : {"max_share_error_pp", "handoff_p50_us", "handoff_p99_us",
-                          "arbiter_cpu_s_per_s", "utilization", "useful_per_s",
+                          "arbiter_cpu_s_per_s", "handoff_whole_run", "utilization", "useful_per_s",
                           "context_switches_per_s", "handoffs", "admission", "source", "note"}) {
     if (mix.contains(key)) out[key] = mix[key];
   }

@@ -2,6 +2,8 @@
 // quanta-trace handoff and reads its timeline when tracefs cannot be used.
 #include "tracer.h"
 
+#include "stats.h"
+
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -68,32 +70,52 @@ void HandoffTracer::note_tenants(const std::vector<pid_t>& pids, const std::vect
   }
 }
 
-std::vector<double> HandoffTracer::finish() {
-  std::vector<double> handoffs_us;
+std::vector<Handoff> HandoffTracer::finish() {
+  std::vector<Handoff> handoffs;
   if (uprobes_) {
     auto hits = uprobes_->collect();
-    handoffs_us = handoffs_from_hits(hits, tenant_of_tid_, devices_);
+    handoffs = handoffs_from_hits(hits, tenant_of_tid_, devices_);
     if (uprobes_->lost() > 0) error_ += "; the trace buffer overwrote " + std::to_string(uprobes_->lost()) + " events";
     uprobes_.reset();
-    return handoffs_us;
+    return handoffs;
   }
-  if (!trace_) return handoffs_us;
+  if (!trace_) return handoffs;
   ExitStatus status = trace_->wait(std::chrono::milliseconds(static_cast<int64_t>((seconds_ + 15) * 1000)));
   if (!status.exited || status.code != 0) {
     error_ = "quanta-trace handoff ended with " + status.describe() + ": " + last_line(read_file(trace_->stderr_path()));
-    return handoffs_us;
+    return handoffs;
   }
   try {
     auto timeline = nlohmann::json::parse(read_file(timeline_path_));
+    // Event times are microseconds from the first event, whose CLOCK_MONOTONIC time the
+    // timeline keeps.
+    const uint64_t first_ns = timeline.contains("otherData") ? timeline["otherData"].value("first_event_ns", uint64_t{0}) : 0;
+    if (first_ns == 0) error_ = "the quanta-trace timeline has no otherData.first_event_ns, so no handoff can be placed in the window";
     for (const auto& event : timeline.at("traceEvents")) {
-      if (event.value("name", "") == "handoff" && event.contains("dur")) handoffs_us.push_back(event["dur"].get<double>());
+      if (event.value("name", "") != "handoff" || !event.contains("dur")) continue;
+      const uint64_t released_ns = first_ns + static_cast<uint64_t>(event.value("ts", 0.0) * 1e3);
+      handoffs.push_back({released_ns, event["dur"].get<double>()});
     }
     uint64_t lost = timeline.contains("otherData") ? timeline["otherData"].value("events_lost", uint64_t{0}) : 0;
     if (lost > 0) error_ = "quanta-trace lost " + std::to_string(lost) + " timeline events";
   } catch (const std::exception& parse_error) {
     error_ = std::string("cannot read the quanta-trace timeline: ") + parse_error.what();
   }
-  return handoffs_us;
+  return handoffs;
+}
+
+std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window) {
+  std::vector<double> out;
+  for (const auto& handoff : handoffs) {
+    if (handoff.released_ns >= window.start_ns && handoff.released_ns < window.end_ns) out.push_back(handoff.us);
+  }
+  return out;
+}
+
+nlohmann::json whole_run_figures(const std::vector<Handoff>& handoffs) {
+  std::vector<double> us;
+  for (const auto& handoff : handoffs) us.push_back(handoff.us);
+  return {{"handoffs", us.size()}, {"p50_us", figure(percentile(us, 50), 1)}, {"p99_us", figure(percentile(us, 99), 1)}};
 }
 
 }  // namespace quanta::bench

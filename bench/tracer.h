@@ -5,6 +5,7 @@
 #pragma once
 
 #include "harness.h"
+#include "simlog.h"
 #include "uprobe_trace.h"
 
 #include <map>
@@ -28,8 +29,8 @@ class HandoffTracer {
   // Maps the tenants' threads to tenants and devices (call while they run); needed by
   // the tracefs path, which sees thread ids only.
   void note_tenants(const std::vector<pid_t>& pids, const std::vector<int>& devices);
-  // Ends the session; every handoff in microseconds.
-  std::vector<double> finish();
+  // Ends the session; every handoff it saw, with the moment of its release.
+  std::vector<Handoff> finish();
 
  private:
   Run& run_;
@@ -43,5 +44,13 @@ class HandoffTracer {
   std::map<uint32_t, int> tenant_of_tid_;
   std::vector<int> devices_;
 };
+
+// The durations (microseconds) of the handoffs whose release fell inside the window: the
+// figures leave out the start and end of a run, where the tenants' processes start and exit
+// on the same cores.
+std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window);
+
+// Every handoff of the session, the start and end included: {handoffs, p50_us, p99_us}.
+nlohmann::json whole_run_figures(const std::vector<Handoff>& handoffs);
 
 }  // namespace quanta::bench

@@ -284,7 +284,7 @@ std::vector<ProbeHit> UprobeSession::collect() {
   return hits;
 }
 
-std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
+std::vector<Handoff> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices) {
   struct Moment {
     const ProbeHit* hit;
@@ -302,7 +302,7 @@ std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const 
     uint64_t at_ns = 0;
   };
   std::map<int, Release> released;  // device -> last release not yet handed on
-  std::vector<double> out;
+  std::vector<Handoff> out;
   for (const auto& moment : moments) {
     const ProbeHit& hit = *moment.hit;
     auto tenant = tenant_of_tid.find(hit.tid);
@@ -320,7 +320,7 @@ std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const 
     // gate. A tenant that started waiting later measures its own lateness, not the
     // handoff, and is left out.
     if (pending != released.end() && pending->second.tenant != who && began <= pending->second.at_ns) {
-      out.push_back(static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3);
+      out.push_back({pending->second.at_ns, static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3});
       released.erase(pending);
     }
   }

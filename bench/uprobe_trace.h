@@ -68,17 +68,23 @@ class UprobeSession {
   uint64_t lost_ = 0;
 };
 
+// One handoff: when the GPU was released (CLOCK_MONOTONIC, the shim's stamp) and how long
+// until the next tenant passed its gate.
+struct Handoff {
+  uint64_t released_ns = 0;
+  double us = 0;
+};
+
 // Handoffs from hits: on each device, a `release` by one tenant to the next
 // `gate_wait_end` of another tenant that was already waiting at its gate when the GPU was
-// released. Threads are mapped to tenants (and tenants to devices) by the caller. Returns
-// microseconds.
+// released. Threads are mapped to tenants (and tenants to devices) by the caller.
 //
 // Hits are timed by the shim's own clock, as the probes carry it: `release` its stamp
 // (argument 1), `gate_wait_end` the time waited and its stamp (arguments 1 and 2). The
 // stamps are read before each probe's trap, so the interval holds no trap of the
 // measuring probes, and a wait's start is its end less the time waited. Hits without
 // those arguments are left out.
-std::vector<double> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
+std::vector<Handoff> handoffs_from_hits(const std::vector<ProbeHit>& hits, const std::map<uint32_t, int>& tenant_of_tid,
                                        const std::vector<int>& tenant_devices);
 
 }  // namespace quanta::bench

@@ -148,7 +148,7 @@ nlohmann::json build_timeline(std::vector<quanta_handoff_event> events, uint64_t
   }
   return {{"traceEvents", std::move(trace)},
           {"displayTimeUnit", "ns"},
-          {"otherData", {{"source", "quanta-trace handoff"}, {"events_lost", lost}}}};
+          {"otherData", {{"source", "quanta-trace handoff"}, {"events_lost", lost}, {"first_event_ns", t0}}}};
 }
 
 // Checks that `path` is an ELF file and returns its absolute path.

@@ -73,6 +73,7 @@ TEST(Shares, WithoutALogTheTenantsKernelSecondsCount) {
 }  // namespace
 }  // namespace quanta::bench
 
+#include "tracer.h"
 #include "uprobe_trace.h"
 
 namespace quanta::bench {
@@ -85,7 +86,8 @@ TEST(Handoffs, CountFromReleaseToTheLaunchOfATenantThatWasWaiting) {
   std::map<uint32_t, int> tenants = {{10, 0}, {11, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 1u);
-  EXPECT_DOUBLE_EQ(handoffs[0], 0.03);
+  EXPECT_DOUBLE_EQ(handoffs[0].us, 0.03);
+  EXPECT_EQ(handoffs[0].released_ns, 100u);
 }
 
 TEST(Handoffs, IgnoreWaitsThatBeganAfterTheReleaseAndOtherDevices) {
@@ -107,7 +109,7 @@ TEST(Handoffs, AreTimedByTheShimsOwnStampsSoTheProbesTrapsFallOutside) {
   std::map<uint32_t, int> tenants = {{11, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 1u);
-  EXPECT_DOUBLE_EQ(handoffs[0], 30.0);
+  EXPECT_DOUBLE_EQ(handoffs[0].us, 30.0);
   // A wait that began after the release (by its end less the time waited) is left out.
   hits[1].arguments = {20'000, 130'000};
   EXPECT_TRUE(handoffs_from_hits(hits, tenants, {0, 0}).empty());
@@ -120,7 +122,26 @@ TEST(Handoffs, FollowTheStampsOrderWhereTheKernelRecordedHitsOutOfIt) {
   std::map<uint32_t, int> tenants = {{11, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 1u);
-  EXPECT_DOUBLE_EQ(handoffs[0], 15.0);
+  EXPECT_DOUBLE_EQ(handoffs[0].us, 15.0);
+}
+
+TEST(Handoffs, TheFiguresKeepOnlyThoseReleasedInsideTheSteadyWindow) {
+  // Three handoffs between two tenants, released at 1 ms, 5 ms and 9 ms; the window is
+  // [2 ms, 9 ms), so the first (the tenants still starting) and the last (already exiting)
+  // are left out of the figures and kept in the whole run's.
+  std::vector<ProbeHit> hits = {
+      {"release", 10, 0, {1'000'000}},  {"gate_wait_end", 20, 0, {1'500'000, 1'040'000}},
+      {"release", 20, 0, {5'000'000}},  {"gate_wait_end", 10, 0, {4'500'000, 5'020'000}},
+      {"release", 10, 0, {9'000'000}},  {"gate_wait_end", 20, 0, {4'500'000, 9'900'000}},
+  };
+  std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}};
+  auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
+  ASSERT_EQ(handoffs.size(), 3u);
+  EXPECT_EQ(durations_within(handoffs, Window{2'000'000, 9'000'000}), std::vector<double>{20.0});
+  EXPECT_EQ(durations_within(handoffs, Window{0, 10'000'000}), (std::vector<double>{40.0, 20.0, 900.0}));
+  const auto whole = whole_run_figures(handoffs);
+  EXPECT_EQ(whole["handoffs"], 3);
+  EXPECT_DOUBLE_EQ(whole["p50_us"].get<double>(), 40.0);
 }
 
 TEST(TracefsFetch, TranslatesUsdtArgumentLocations) {

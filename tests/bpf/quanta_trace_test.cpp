@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -318,10 +319,22 @@ TEST(BpfHandoff, TimelineIsChromeTraceJsonWithEveryProbeAndHandoff) {
   constexpr int kRounds = 10;
   ScratchDir dir;
   const fs::path timeline = dir / "timeline.json";
+  const auto monotonic_ns = [] {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return static_cast<uint64_t>(now.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(now.tv_nsec);
+  };
+  const uint64_t before_ns = monotonic_ns();
   const HandoffRun run = trace_emitter(kRounds, {"--timeline", timeline.string()});
+  const uint64_t after_ns = monotonic_ns();
   ASSERT_EQ(run.rc, 0) << run.stderr_text;
   const json trace = json::parse(read_file(timeline));
   ASSERT_TRUE(trace.contains("traceEvents"));
+  // Event times count from the first event, whose clock time lines the timeline up with
+  // other CLOCK_MONOTONIC logs.
+  const uint64_t first_ns = trace["otherData"].value("first_event_ns", uint64_t{0});
+  EXPECT_GT(first_ns, before_ns);
+  EXPECT_LT(first_ns, after_ns);
   std::map<std::string, int> by_name;
   std::set<int> tids;
   for (const json& e : trace["traceEvents"]) {
