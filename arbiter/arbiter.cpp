@@ -82,6 +82,7 @@ void remove_named_regions(const std::string& scope) {
 Arbiter::Arbiter(NodeConfig config)
     : config_(std::move(config)), tenant_log_(20, 10 * common::kNsPerSec), pods_(config_) {
   started_ns_ = monotonic_ns();
+  pods_.close_replaced_with([this](int fd) { reaper_.close_later(fd); });
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
   std::string lock_path = config_.state_dir + "/" + config_.scope + ".lock";

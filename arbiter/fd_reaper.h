@@ -1,8 +1,10 @@
 // Closing descriptors off the event loop. The final close of a tenant connection frees the
 // messages still queued on it, and with them any descriptors a peer managed to attach; the
 // last close of such a descriptor can block (a TCP socket with SO_LINGER waits as long as
-// its sender set, a FUSE file waits for its server). The loop hands such descriptors here
-// and never waits; one thread closes them in order.
+// its sender set, a FUSE file waits for its server). So can the last close of a replaced
+// state file, whose blocks are freed then (with a synchronous trim on a filesystem mounted
+// with discard). The loop hands such descriptors here and never waits; one thread closes
+// them in order.
 #pragma once
 
 #include <cstddef>

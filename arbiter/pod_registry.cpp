@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -277,6 +278,10 @@ void PodRegistry::release_if_unused(uint32_t index) {
   save_state();
 }
 
+void PodRegistry::close_replaced_with(std::function<void(int)> close_later) {
+  close_replaced_ = std::move(close_later);
+}
+
 std::string PodRegistry::state_file() const {
   return config_.state_dir + "/" + config_.scope + ".state.json";
 }
@@ -335,8 +340,12 @@ void PodRegistry::save_state() const {
       return;
     }
   }
+  // Held across the rename, so the replaced file's blocks are freed where its last
+  // descriptor is closed (close_replaced_with), not inside the rename.
+  UniqueFd replaced(::open(state_file().c_str(), O_RDONLY | O_CLOEXEC));
   std::filesystem::rename(tmp, state_file(), ec);
   if (ec) spdlog::warn("cannot replace {}: {}", state_file(), ec.message());
+  if (replaced && close_replaced_) close_replaced_(replaced.release());
   saved_stamp_ = stamp_of_state_file();
 }
 

@@ -8,6 +8,7 @@
 
 #include <bitset>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -94,6 +95,11 @@ class PodRegistry {
   bool state_file_changed() const;
   // What the arbiter adds to every save: its generation and its control regions.
   void set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus);
+  // Where a save sends a descriptor of the file it replaced, the last reference to it.
+  // Freeing a file's blocks can wait for the disk (on a filesystem mounted with discard the
+  // kernel trims them before the unlink returns), so the arbiter closes it on another
+  // thread instead of on its event loop. Unset: closed during the save.
+  void close_replaced_with(std::function<void(int)> close_later);
 
  private:
   std::string state_file() const;
@@ -111,6 +117,7 @@ class PodRegistry {
   };
   FileStamp stamp_of_state_file() const;
   mutable FileStamp saved_stamp_;
+  std::function<void(int)> close_replaced_;
 };
 
 }  // namespace quanta::arbiter
