@@ -91,10 +91,16 @@ std::vector<Handoff> HandoffTracer::finish() {
     // timeline keeps.
     const uint64_t first_ns = timeline.contains("otherData") ? timeline["otherData"].value("first_event_ns", uint64_t{0}) : 0;
     if (first_ns == 0) error_ = "the quanta-trace timeline has no otherData.first_event_ns, so no handoff can be placed in the window";
+    // A handoff follows its successor's gate_wait, so a process with one gate_wait so far
+    // is passing its gate for the first time.
+    std::map<int, int> waits_of_pid;
     for (const auto& event : timeline.at("traceEvents")) {
-      if (event.value("name", "") != "handoff" || !event.contains("dur")) continue;
+      const std::string name = event.value("name", "");
+      const int pid = event.value("pid", 0);
+      if (name == "gate_wait") ++waits_of_pid[pid];
+      if (name != "handoff" || !event.contains("dur")) continue;
       const uint64_t released_ns = first_ns + static_cast<uint64_t>(event.value("ts", 0.0) * 1e3);
-      handoffs.push_back({released_ns, event["dur"].get<double>()});
+      handoffs.push_back({released_ns, event["dur"].get<double>(), waits_of_pid[pid] <= 1});
     }
     uint64_t lost = timeline.contains("otherData") ? timeline["otherData"].value("events_lost", uint64_t{0}) : 0;
     if (lost > 0) error_ = "quanta-trace lost " + std::to_string(lost) + " timeline events";
@@ -107,7 +113,8 @@ std::vector<Handoff> HandoffTracer::finish() {
 std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window) {
   std::vector<double> out;
   for (const auto& handoff : handoffs) {
-    if (handoff.released_ns >= window.start_ns && handoff.released_ns < window.end_ns) out.push_back(handoff.us);
+    if (!handoff.first_pass && handoff.released_ns >= window.start_ns && handoff.released_ns < window.end_ns)
+      out.push_back(handoff.us);
   }
   return out;
 }

@@ -45,9 +45,9 @@ class HandoffTracer {
   std::vector<int> devices_;
 };
 
-// The durations (microseconds) of the handoffs whose release fell inside the window: the
-// figures leave out the start and end of a run, where the tenants' processes start and exit
-// on the same cores.
+// The durations (microseconds) of the handoffs whose release fell inside the window, less
+// those to a tenant's first pass of its gate: the figures leave out the tenants' start-up
+// and exit, when their processes start, first run and end on the same cores.
 std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window);
 
 // Every handoff of the session, the start and end included: {handoffs, p50_us, p99_us}.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
@@ -302,6 +303,7 @@ std::vector<Handoff> handoffs_from_hits(const std::vector<ProbeHit>& hits, const
     uint64_t at_ns = 0;
   };
   std::map<int, Release> released;  // device -> last release not yet handed on
+  std::set<int> passed;              // tenants seen passing their gate after a wait
   std::vector<Handoff> out;
   for (const auto& moment : moments) {
     const ProbeHit& hit = *moment.hit;
@@ -315,12 +317,13 @@ std::vector<Handoff> handoffs_from_hits(const std::vector<ProbeHit>& hits, const
     }
     const uint64_t waited = hit.arguments[0];
     const uint64_t began = moment.at_ns > waited ? moment.at_ns - waited : 0;
+    const bool first_pass = passed.insert(who).second;
     auto pending = released.find(device);
     // A handoff: another tenant, already waiting when the GPU was released, passes its
     // gate. A tenant that started waiting later measures its own lateness, not the
     // handoff, and is left out.
     if (pending != released.end() && pending->second.tenant != who && began <= pending->second.at_ns) {
-      out.push_back({pending->second.at_ns, static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3});
+      out.push_back({pending->second.at_ns, static_cast<double>(moment.at_ns - pending->second.at_ns) / 1e3, first_pass});
       released.erase(pending);
     }
   }

@@ -73,6 +73,9 @@ class UprobeSession {
 struct Handoff {
   uint64_t released_ns = 0;
   double us = 0;
+  // The next tenant's first pass of its gate after a wait: the first time its process runs
+  // after starting, part of its start-up rather than a handoff between running tenants.
+  bool first_pass = false;
 };
 
 // Handoffs from hits: on each device, a `release` by one tenant to the next

@@ -126,13 +126,15 @@ TEST(Handoffs, FollowTheStampsOrderWhereTheKernelRecordedHitsOutOfIt) {
 }
 
 TEST(Handoffs, TheFiguresKeepOnlyThoseReleasedInsideTheSteadyWindow) {
-  // Three handoffs between two tenants, released at 1 ms, 5 ms and 9 ms; the window is
-  // [2 ms, 9 ms), so the first (the tenants still starting) and the last (already exiting)
-  // are left out of the figures and kept in the whole run's.
+  // Both tenants pass their gates once at start-up; then three handoffs between them,
+  // released at 1 ms, 5 ms and 9 ms. The window is [2 ms, 9 ms), so the first (the tenants
+  // still starting) and the last (already exiting) are left out of the figures and kept in
+  // the whole run's.
   std::vector<ProbeHit> hits = {
-      {"release", 10, 0, {1'000'000}},  {"gate_wait_end", 20, 0, {1'500'000, 1'040'000}},
-      {"release", 20, 0, {5'000'000}},  {"gate_wait_end", 10, 0, {4'500'000, 5'020'000}},
-      {"release", 10, 0, {9'000'000}},  {"gate_wait_end", 20, 0, {4'500'000, 9'900'000}},
+      {"gate_wait_end", 10, 0, {100'000, 200'000}}, {"gate_wait_end", 20, 0, {400'000, 500'000}},
+      {"release", 10, 0, {1'000'000}},              {"gate_wait_end", 20, 0, {400'000, 1'040'000}},
+      {"release", 20, 0, {5'000'000}},              {"gate_wait_end", 10, 0, {3'500'000, 5'020'000}},
+      {"release", 10, 0, {9'000'000}},              {"gate_wait_end", 20, 0, {4'500'000, 9'900'000}},
   };
   std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
@@ -142,6 +144,25 @@ TEST(Handoffs, TheFiguresKeepOnlyThoseReleasedInsideTheSteadyWindow) {
   const auto whole = whole_run_figures(handoffs);
   EXPECT_EQ(whole["handoffs"], 3);
   EXPECT_DOUBLE_EQ(whole["p50_us"].get<double>(), 40.0);
+}
+
+TEST(Handoffs, ATenantsFirstPassOfItsGateIsStartUpNotAFigure) {
+  // Tenant 1 waits from the start and first passes its gate 3 ms after tenant 0's release:
+  // its process runs for the first time since it started. Its next pass, 30 us after a
+  // release, is a handoff between running tenants.
+  std::vector<ProbeHit> hits = {
+      {"release", 10, 0, {1'000'000}}, {"gate_wait_end", 20, 0, {3'900'000, 4'000'000}},
+      {"release", 20, 0, {5'000'000}}, {"gate_wait_end", 10, 0, {4'500'000, 5'010'000}},
+      {"release", 10, 0, {6'000'000}}, {"gate_wait_end", 20, 0, {900'000, 6'030'000}},
+  };
+  std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}};
+  auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
+  ASSERT_EQ(handoffs.size(), 3u);
+  EXPECT_TRUE(handoffs[0].first_pass);
+  EXPECT_TRUE(handoffs[1].first_pass);  // tenant 0's first wait, too
+  EXPECT_FALSE(handoffs[2].first_pass);
+  EXPECT_EQ(durations_within(handoffs, Window{0, 10'000'000}), std::vector<double>{30.0});
+  EXPECT_EQ(whole_run_figures(handoffs)["handoffs"], 3);
 }
 
 TEST(TracefsFetch, TranslatesUsdtArgumentLocations) {
