@@ -1,9 +1,9 @@
 // Pod bookkeeping, policy resolution and the state file's load and save.
 #include "arbiter/pod_registry.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>

@@ -126,7 +126,7 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
   }
   if (tracer) {
     const std::vector<Handoff> all = tracer->finish();
-    const std::vector<double> handoffs = durations_within(all, window);
+    const std::vector<double> handoffs = steady_durations(all, window);
     out["handoff_p50_us"] = figure(percentile(handoffs, 50), 1);
     out["handoff_p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();

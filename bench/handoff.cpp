@@ -69,7 +69,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
   }
   if (tracer) {
     const std::vector<Handoff> all = tracer->finish();
-    const std::vector<double> handoffs = durations_within(all, steady_window(start, seconds));
+    const std::vector<double> handoffs = steady_durations(all, steady_window(start, seconds));
     out["p50_us"] = figure(percentile(handoffs, 50), 1);
     out["p99_us"] = figure(percentile(handoffs, 99), 1);
     out["handoffs"] = handoffs.size();

@@ -103,14 +103,14 @@ std::vector<Handoff> HandoffTracer::finish() {
       handoffs.push_back({released_ns, event["dur"].get<double>(), waits_of_pid[pid] <= 1});
     }
     uint64_t lost = timeline.contains("otherData") ? timeline["otherData"].value("events_lost", uint64_t{0}) : 0;
-    if (lost > 0) error_ = "quanta-trace lost " + std::to_string(lost) + " timeline events";
+    if (lost > 0) error_ += (error_.empty() ? "" : "; ") + std::string("quanta-trace lost ") + std::to_string(lost) + " timeline events";
   } catch (const std::exception& parse_error) {
     error_ = std::string("cannot read the quanta-trace timeline: ") + parse_error.what();
   }
   return handoffs;
 }
 
-std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window) {
+std::vector<double> steady_durations(const std::vector<Handoff>& handoffs, const Window& window) {
   std::vector<double> out;
   for (const auto& handoff : handoffs) {
     if (!handoff.first_pass && handoff.released_ns >= window.start_ns && handoff.released_ns < window.end_ns)

@@ -48,7 +48,7 @@ class HandoffTracer {
 // The durations (microseconds) of the handoffs whose release fell inside the window, less
 // those to a tenant's first pass of its gate: the figures leave out the tenants' start-up
 // and exit, when their processes start, first run and end on the same cores.
-std::vector<double> durations_within(const std::vector<Handoff>& handoffs, const Window& window);
+std::vector<double> steady_durations(const std::vector<Handoff>& handoffs, const Window& window);
 
 // Every handoff of the session, the start and end included: {handoffs, p50_us, p99_us}.
 nlohmann::json whole_run_figures(const std::vector<Handoff>& handoffs);

@@ -139,8 +139,8 @@ TEST(Handoffs, TheFiguresKeepOnlyThoseReleasedInsideTheSteadyWindow) {
   std::map<uint32_t, int> tenants = {{10, 0}, {20, 1}};
   auto handoffs = handoffs_from_hits(hits, tenants, {0, 0});
   ASSERT_EQ(handoffs.size(), 3u);
-  EXPECT_EQ(durations_within(handoffs, Window{2'000'000, 9'000'000}), std::vector<double>{20.0});
-  EXPECT_EQ(durations_within(handoffs, Window{0, 10'000'000}), (std::vector<double>{40.0, 20.0, 900.0}));
+  EXPECT_EQ(steady_durations(handoffs, Window{2'000'000, 9'000'000}), std::vector<double>{20.0});
+  EXPECT_EQ(steady_durations(handoffs, Window{0, 10'000'000}), (std::vector<double>{40.0, 20.0, 900.0}));
   const auto whole = whole_run_figures(handoffs);
   EXPECT_EQ(whole["handoffs"], 3);
   EXPECT_DOUBLE_EQ(whole["p50_us"].get<double>(), 40.0);
@@ -161,7 +161,7 @@ TEST(Handoffs, ATenantsFirstPassOfItsGateIsStartUpNotAFigure) {
   EXPECT_TRUE(handoffs[0].first_pass);
   EXPECT_TRUE(handoffs[1].first_pass);  // tenant 0's first wait, too
   EXPECT_FALSE(handoffs[2].first_pass);
-  EXPECT_EQ(durations_within(handoffs, Window{0, 10'000'000}), std::vector<double>{30.0});
+  EXPECT_EQ(steady_durations(handoffs, Window{0, 10'000'000}), std::vector<double>{30.0});
   EXPECT_EQ(whole_run_figures(handoffs)["handoffs"], 3);
 }
 
