@@ -342,10 +342,10 @@ void PodRegistry::save_state() const {
   }
   // Held across the rename, so the replaced file's blocks are freed where its last
   // descriptor is closed (close_replaced_with), not inside the rename.
-  UniqueFd replaced(::open(state_file().c_str(), O_RDONLY | O_CLOEXEC));
+  UniqueFd replaced(close_replaced_ ? ::open(state_file().c_str(), O_RDONLY | O_CLOEXEC) : -1);
   std::filesystem::rename(tmp, state_file(), ec);
   if (ec) spdlog::warn("cannot replace {}: {}", state_file(), ec.message());
-  if (replaced && close_replaced_) close_replaced_(replaced.release());
+  if (replaced) close_replaced_(replaced.release());
   saved_stamp_ = stamp_of_state_file();
 }
 

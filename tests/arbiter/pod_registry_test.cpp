@@ -18,16 +18,22 @@
 namespace quanta::arbiter {
 namespace {
 
-struct StateDir {
-  std::string path;
-  StateDir() {
+// A registry saving into a folder of its own.
+class PodRegistryState : public ::testing::Test {
+ protected:
+  PodRegistryState() {
     char pattern[] = "/tmp/quanta-pod-registry-XXXXXX";
-    path = mkdtemp(pattern);
+    config_.scope = "registry-test";
+    config_.state_dir = mkdtemp(pattern);
+    file_ = config_.state_dir + "/registry-test.state.json";
   }
-  ~StateDir() {
+  ~PodRegistryState() override {
     std::error_code ignored;
-    std::filesystem::remove_all(path, ignored);
+    std::filesystem::remove_all(config_.state_dir, ignored);
   }
+  NodeConfig config_;
+  std::string file_;
+  PodRegistry pods_{config_};
 };
 
 std::string read_all(int fd) {
@@ -52,50 +58,39 @@ size_t open_descriptors() {
   return count;
 }
 
-TEST(PodRegistryState, ASaveHandsTheReplacedFileToTheCloserUnlinkedWithItsOldContent) {
-  StateDir dir;
-  NodeConfig config;
-  config.scope = "registry-test";
-  config.state_dir = dir.path;
-  PodRegistry pods(config);
+TEST_F(PodRegistryState, ASaveHandsTheReplacedFileToTheCloserUnlinkedWithItsOldContent) {
   std::vector<int> handed;
-  pods.close_replaced_with([&](int fd) { handed.push_back(fd); });
-  const std::string file = dir.path + "/registry-test.state.json";
+  pods_.close_replaced_with([&](int fd) { handed.push_back(fd); });
 
-  pods.set_node_record(1, {});
-  pods.save_state();
+  pods_.set_node_record(1, {});
+  pods_.save_state();
   EXPECT_TRUE(handed.empty()) << "nothing was replaced by the first save";
-  const std::string first = read_file(file);
+  const std::string first = read_file(file_);
   ASSERT_NE(first.find("\"generation\": 1"), std::string::npos) << first;
 
-  pods.set_node_record(2, {});
-  pods.save_state();
+  pods_.set_node_record(2, {});
+  pods_.save_state();
   ASSERT_EQ(handed.size(), 1u);
   struct stat replaced {};
   struct stat current {};
   ASSERT_EQ(fstat(handed[0], &replaced), 0);
-  ASSERT_EQ(stat(file.c_str(), &current), 0);
+  ASSERT_EQ(stat(file_.c_str(), &current), 0);
   // The closer holds the last reference to the old file: unlinked by the rename, its
   // blocks are freed when the closer closes it.
   EXPECT_EQ(replaced.st_nlink, 0u);
   EXPECT_NE(replaced.st_ino, current.st_ino);
   EXPECT_EQ(read_all(handed[0]), first);
-  EXPECT_NE(read_file(file).find("\"generation\": 2"), std::string::npos);
-  EXPECT_FALSE(pods.state_file_changed());
+  EXPECT_NE(read_file(file_).find("\"generation\": 2"), std::string::npos);
+  EXPECT_FALSE(pods_.state_file_changed());
   for (int fd : handed) close(fd);
 }
 
-TEST(PodRegistryState, WithoutACloserTheSaveClosesTheReplacedFileItself) {
-  StateDir dir;
-  NodeConfig config;
-  config.scope = "registry-test";
-  config.state_dir = dir.path;
-  PodRegistry pods(config);
-  pods.save_state();
+TEST_F(PodRegistryState, WithoutACloserTheSaveClosesTheReplacedFileItself) {
+  pods_.save_state();
   const size_t before = open_descriptors();
-  for (int i = 0; i < 5; ++i) pods.save_state();
+  for (int i = 0; i < 5; ++i) pods_.save_state();
   EXPECT_EQ(open_descriptors(), before);
-  EXPECT_FALSE(pods.state_file_changed());
+  EXPECT_FALSE(pods_.state_file_changed());
 }
 
 }  // namespace
