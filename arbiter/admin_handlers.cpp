@@ -50,8 +50,19 @@ json Arbiter::handle(const AdminRequest& request) {
       return register_container(request);
     case AdminRequest::Command::kUnregister:
       return unregister_container(request);
+    case AdminRequest::Command::kDevices:
+      return node_devices_json();
   }
   return error("unknown request");
+}
+
+// The node's GPUs by every name a runtime may give them, for quanta-hook: it resolves a
+// container's devices through the arbiter and so never loads the driver's libraries itself.
+json Arbiter::node_devices_json() const {
+  json devices = json::array();
+  for (const GpuInfo& g : node_gpus_)
+    devices.push_back({{"name", g.name}, {"uuid", g.uuid}, {"minor", g.minor}, {"mig", !g.parent.empty() || g.uuid.rfind("MIG-", 0) == 0}});
+  return json{{"ok", true}, {"devices", devices}};
 }
 
 json Arbiter::set_policy(const AdminRequest& request) {

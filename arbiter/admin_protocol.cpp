@@ -61,11 +61,15 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
   json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return "request is not valid JSON";
   if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string())
-    return "a request is an object with \"cmd\": status, top, explain, set, register, unregister, drain or undrain";
+    return "a request is an object with \"cmd\": status, top, explain, set, register, unregister, drain, undrain or devices";
   const std::string cmd = request["cmd"].get<std::string>();
   std::string err;
   if (cmd == "status") {
     out->command = AdminRequest::Command::kStatus;
+    return "";
+  }
+  if (cmd == "devices") {
+    out->command = AdminRequest::Command::kDevices;
     return "";
   }
   if (cmd == "top") {
@@ -124,7 +128,7 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
     out->command = AdminRequest::Command::kUnregister;
     return text_field(request, "container_id", &out->container_id);
   }
-  return "unknown cmd \"" + printable(cmd) + "\": use status, top, explain, set, register, unregister, drain or undrain";
+  return "unknown cmd \"" + printable(cmd) + "\": use status, top, explain, set, register, unregister, drain, undrain or devices";
 }
 
 }  // namespace quanta::arbiter

@@ -12,7 +12,8 @@
 namespace quanta::arbiter {
 
 struct AdminRequest {
-  enum class Command { kStatus, kTop, kExplain, kSet, kRegister, kUnregister, kDrain, kUndrain };
+  enum class Command { kStatus, kTop, kExplain, kSet, kRegister, kUnregister, kDrain, kUndrain,
+                       kDevices };
   Command command = Command::kStatus;
   std::string pod;                            // set, explain
   double seconds = 60;                        // explain: how far back, 1-60

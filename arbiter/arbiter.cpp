@@ -94,7 +94,8 @@ Arbiter::Arbiter(NodeConfig config)
   }
   const SavedState saved = pods_.load_state();
 
-  gpu_info_ = discover_gpu_info(config_.gpus);
+  node_gpus_ = discover_gpu_info({});
+  gpu_info_ = config_.gpus.empty() ? node_gpus_ : discover_gpu_info(config_.gpus);
   if (gpu_info_.empty()) throw std::runtime_error("NVML reports no GPU to manage");
   if (gpu_info_.size() > common::kMaxGpus) {
     throw std::runtime_error("NVML reports " + std::to_string(gpu_info_.size()) +

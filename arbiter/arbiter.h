@@ -166,6 +166,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   nlohmann::json set_policy(const AdminRequest& request);
   nlohmann::json register_container(const AdminRequest& request);
   nlohmann::json unregister_container(const AdminRequest& request);
+  nlohmann::json node_devices_json() const;
   // admin_drain.cpp
   nlohmann::json handle_drain(const AdminRequest& request, bool on);
   void save_drained() const;
@@ -186,7 +187,8 @@ class Arbiter final : public TenantApi, public AdminApi {
   LogLimiter tenant_log_;
   PodRegistry pods_;
   std::vector<std::unique_ptr<Gpu>> gpus_;
-  std::vector<GpuInfo> gpu_info_;
+  std::vector<GpuInfo> gpu_info_;   // the GPUs it manages ([node] gpus, or all)
+  std::vector<GpuInfo> node_gpus_;  // every GPU NVML lists, for the hook's device names
   std::map<pid_t, Process> processes_;
   std::unique_ptr<TenantServer> tenants_;
   std::unique_ptr<AdminServer> admin_;

@@ -3,7 +3,9 @@
 #include "arbiter/gpu_inventory.h"
 
 #include <dlfcn.h>
+#include <strings.h>
 
+#include <map>
 #include <mutex>
 #include <stdexcept>
 
@@ -101,6 +103,7 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
     throw std::runtime_error(failure(n, "nvmlDeviceGetCount", rc));
 
   std::vector<GpuInfo> all;
+  std::map<int, int> top_level_instances;  // minor -> MIG instances listed at the top level
   auto add = [&all](const GpuInfo& info) {
     for (const GpuInfo& a : all) {
       if (a.uuid == info.uuid) return;  // a driver listing MIG instances both ways
@@ -118,7 +121,13 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
     gpu.uuid = buf;
     unsigned minor = 0;
     if (n.minor != nullptr && n.minor(dev, &minor) == 0) gpu.minor = static_cast<int>(minor);
+    const bool top_level_mig = strncasecmp(buf, "MIG-", 4) == 0;
+    const int minor_or_index = gpu.minor >= 0 ? gpu.minor : static_cast<int>(i);
+    gpu.name = top_level_mig ? std::to_string(minor_or_index) + ":" +
+                                   std::to_string(top_level_instances[minor_or_index]++)
+                             : std::to_string(i);
     add(gpu);
+    if (top_level_mig) continue;
     unsigned migs = 0;
     if (n.mig_count == nullptr || n.mig_handle == nullptr || n.mig_count(dev, &migs) != 0) continue;
     for (unsigned m = 0; m < migs; ++m) {
@@ -127,6 +136,7 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
       char mbuf[96] = {};
       if (n.uuid(mig, mbuf, sizeof(mbuf)) != 0) continue;
       GpuInfo instance;
+      instance.name = std::to_string(i) + ":" + std::to_string(m);
       instance.uuid = mbuf;
       instance.parent = gpu.uuid;
       instance.minor = gpu.minor;

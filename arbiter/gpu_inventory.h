@@ -15,6 +15,11 @@ struct GpuInfo {
   std::string uuid;
   std::string parent;  // a MIG instance's GPU UUID; "" for a whole GPU
   int minor = -1;      // /dev/nvidia<minor> of the (parent) GPU; -1 when NVML does not say
+  // The name a container runtime may use for it besides its UUID, as `nvidia-ctk cdi
+  // generate` names devices: the NVML index ("0"), or "GPU:INSTANCE" ("0:1") for a MIG
+  // instance (a driver listing instances at the top level gets "MINOR:K", K counting that
+  // GPU's instances in order).
+  std::string name;
 };
 
 // Every GPU and MIG instance NVML lists, in NVML order (a GPU's MIG instances follow it).

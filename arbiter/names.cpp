@@ -78,7 +78,7 @@ std::string check_text(std::string_view text, std::string_view what, size_t max_
   return "";
 }
 
-std::string printable(std::string_view text) {
+std::string printable(std::string_view text, bool escape_backslash) {
   std::string out;
   out.reserve(text.size());
   auto escape = [&out](unsigned char c) {
@@ -88,7 +88,7 @@ std::string printable(std::string_view text) {
   };
   for (size_t i = 0; i < text.size();) {
     const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c == '\\') {
+    if (c == '\\' && escape_backslash) {
       out += "\\\\";
       ++i;
       continue;

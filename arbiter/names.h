@@ -23,7 +23,9 @@ size_t utf8_length(std::string_view s, size_t i);
 
 // `text` with control characters, C1 controls, bidirectional overrides and invalid UTF-8
 // written as \xNN (and \ as \\), so a name can never move an operator's cursor, reorder
-// a line or inject a log line. Other UTF-8 stays as it is.
-std::string printable(std::string_view text);
+// a line or inject a log line. Other UTF-8 stays as it is. `escape_backslash` false is for
+// a line whose values were escaped already (a message built from escaped parts): it stays
+// one line without its escapes being escaped again.
+std::string printable(std::string_view text, bool escape_backslash = true);
 
 }  // namespace quanta::arbiter

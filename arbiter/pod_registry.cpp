@@ -5,8 +5,10 @@
 #include <spdlog/spdlog.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -55,6 +57,24 @@ std::string PodRegistry::register_container(const Registration& r) {
         !check_pod_key(d, "device").empty())
       return "container " + printable(r.container_id) + ": device \"" + printable(d) +
              "\" is not a GPU or MIG UUID (GPU-… or MIG-…, as NVML reports it)";
+  }
+  const std::string key = r.pod_key();
+  for (auto it = registrations_.begin(); it != registrations_.end();) {
+    const Registration& o = it->second;
+    if (o.container_id == r.container_id || o.pod_key() != key || o.pod_uid == r.pod_uid) {
+      ++it;
+      continue;
+    }
+    const bool alive = cgroup_alive_ ? cgroup_alive_(o.cgroup_path) : cgroup_exists(o.cgroup_path);
+    if (alive)
+      return "container " + printable(r.container_id) + " claims pod " + key + " with pod uid \"" +
+             printable(r.pod_uid) + "\", but a live container registered pod " + key +
+             " with another uid: a pod's name belongs to one live pod (a recreated pod registers "
+             "once the old one's containers are gone)";
+    spdlog::warn("container {} of pod {} left no poststop and its cgroup {} is gone: its "
+                 "registration is dropped for pod uid {}",
+                 printable(o.container_id), key, printable(o.cgroup_path), printable(r.pod_uid));
+    it = registrations_.erase(it);
   }
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
@@ -125,6 +145,22 @@ std::string PodRegistry::check_minimums(const std::string& pod_key, const common
          "promised " +
          share_text(promised - policy.min_share_ppm) + " (" + who +
          "), and the minimums on a GPU must add up to at most 1";
+}
+
+bool cgroup_exists(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty() || path[0] != '/' || (path + "/").find("/../") != std::string::npos ||
+      (path + "/").find("/./") != std::string::npos)
+    return true;  // not a path this check can judge
+  const size_t second = path.find('/', 1);
+  const std::string top = path.substr(0, second);
+  std::error_code ec;
+  bool visible = false;
+  for (const char* root : {"/sys/fs/cgroup", "/sys/fs/cgroup/memory"}) {
+    if (top.size() > 1 && fs::is_directory(root + top, ec)) visible = true;
+    if (fs::is_directory(root + path, ec)) return true;
+  }
+  return !visible;
 }
 
 bool PodRegistry::unregister_container(const std::string& container_id) {
@@ -330,12 +366,19 @@ void PodRegistry::save_state() const {
   std::filesystem::create_directories(config_.state_dir, ec);
   const std::string tmp = state_file() + ".tmp";
   {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << render_state(s);
-    out.flush();
-    if (!out) {
-      spdlog::warn("cannot write {}: registrations and pod regions will not survive a restart",
-                   tmp);
+    // Root's alone (0600): it names every pod, its cgroup and its policy.
+    const std::string text = render_state(s);
+    UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
+    bool ok = out && fchmod(out.get(), 0600) == 0;
+    for (size_t off = 0; ok && off < text.size();) {
+      const ssize_t n = ::write(out.get(), text.data() + off, text.size() - off);
+      if (n < 0 && errno == EINTR) continue;
+      ok = n > 0;
+      if (ok) off += static_cast<size_t>(n);
+    }
+    if (!ok) {
+      spdlog::warn("cannot write {}: {}; registrations and pod regions will not survive a restart",
+                   tmp, std::strerror(errno));
       saved_stamp_ = stamp_of_state_file();
       return;
     }

@@ -39,6 +39,12 @@ struct Pod {
   uint32_t processes() const { return static_cast<uint32_t>(entries.count()); }
 };
 
+// Whether the container cgroup `path` (as /proc/<pid>/cgroup names it) exists on this host:
+// false only when its hierarchy is visible here (the path's first folder exists under
+// /sys/fs/cgroup, unified or memory) and the cgroup is not in it; a hierarchy this process
+// cannot see counts as alive, so nothing is dropped on a guess.
+bool cgroup_exists(const std::string& path);
+
 class PodRegistry {
  public:
   // Bounds on pods (each costs a region of sizeof(common::PodRegion) bytes).
@@ -49,6 +55,9 @@ class PodRegistry {
   explicit PodRegistry(const NodeConfig& config);
 
   // Registrations. register_container validates names and the policy; "" or an error line.
+  // A pod key (namespace/name) belongs to one pod uid while a container of that pod lives:
+  // another uid claiming it is refused, and a registration of the old uid whose cgroup is
+  // gone is dropped instead (the pod ended without its poststop hook).
   std::string register_container(const Registration& r);
   bool unregister_container(const std::string& container_id);
   // The registration whose cgroup is this one or one of its ancestors.
@@ -100,12 +109,15 @@ class PodRegistry {
   // kernel trims them before the unlink returns), so the arbiter closes it on another
   // thread instead of on its event loop. Unset: closed during the save.
   void close_replaced_with(std::function<void(int)> close_later);
+  // Whether a registration's cgroup still exists (default: cgroup_exists); tests substitute.
+  void probe_cgroups_with(std::function<bool(const std::string&)> alive) { cgroup_alive_ = std::move(alive); }
 
  private:
   std::string state_file() const;
 
   const NodeConfig& config_;
   std::map<std::string, Registration> registrations_;
+  std::function<bool(const std::string&)> cgroup_alive_;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
   std::map<uint32_t, Pod> pods_;
   uint64_t generation_ = 0;

@@ -91,7 +91,7 @@ json quanta_container_edits(const CdiOptions& options) {
            {"path", options.layout.hook_binary()},
            {"args", c.args},
            {"timeout", hook_timeout_seconds(options.hook_timeout_ns)}};
-    if (!options.hook_env.empty()) h["env"] = options.hook_env;
+    h["env"] = hook_environment();
     hooks.push_back(h);
   }
   return json{{"mounts", mounts}, {"hooks", hooks}};

@@ -22,7 +22,6 @@ namespace quanta::hooks {
 
 struct CdiOptions {
   Layout layout;
-  std::vector<std::string> hook_env;  // KEY=VALUE for the hooks' environment
   uint64_t hook_timeout_ns = 5'000'000'000;
 };
 

@@ -47,15 +47,10 @@ Layout layout_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
   return l;
 }
 
-CdiOptions options_of(const CommonArgs& c, const arbiter::NodeConfig& config,
-                      const std::vector<std::string>& env) {
+CdiOptions options_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
   CdiOptions o;
   o.layout = layout_of(c, config);
-  o.hook_env = env;
   o.hook_timeout_ns = config.hook.timeout_ns;
-  for (const std::string& e : env)
-    if (e.find('=') == std::string::npos || e[0] == '=')
-      throw HookError("--hook-env " + shown(e) + " is not allowed: use KEY=VALUE");
   return o;
 }
 
@@ -128,7 +123,7 @@ void check_take_over_priority(const std::string& vendor_spec, const std::string&
 
 void cdi_generate(const CdiGenerateArgs& a) {
   const arbiter::NodeConfig config = load(a.common);
-  const CdiOptions options = options_of(a.common, config, a.hook_env);
+  const CdiOptions options = options_of(a.common, config);
   nlohmann::json spec;
   std::string default_output = "/var/run/cdi/quanta";
   if (a.take_over.empty()) {
@@ -167,7 +162,7 @@ void hooksd_generate(const HooksdGenerateArgs& a) {
   if (a.format != "json")
     throw HookError("--format " + shown(a.format) + " is not allowed: hooks.d files are json");
   const arbiter::NodeConfig config = load(a.common);
-  const CdiOptions options = options_of(a.common, config, a.hook_env);
+  const CdiOptions options = options_of(a.common, config);
   if (!a.spec_only) write_node_files(config, options.layout);
   for (const auto& [name, file] : hooksd_files(options)) {
     if (a.output == "-") {

@@ -20,7 +20,6 @@ struct CdiGenerateArgs {
   std::string format;  // "" = from the output's extension, else yaml
   std::string take_over;
   std::string spec_dirs = "/etc/cdi,/var/run/cdi";
-  std::vector<std::string> hook_env;
   bool spec_only = false;
 };
 
@@ -28,7 +27,6 @@ struct HooksdGenerateArgs {
   CommonArgs common;
   std::string output = "/etc/containers/oci/hooks.d";
   std::string format = "json";
-  std::vector<std::string> hook_env;
   bool spec_only = false;
 };
 

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "hooks/admin_client.h"
 #include "hooks/error.h"
 
 namespace quanta::hooks {
@@ -36,6 +37,26 @@ const GpuEntry* DeviceTable::find(const std::string& name) const {
     if (e.name == name || strcasecmp(e.uuid.c_str(), name.c_str()) == 0) return &e;
   }
   return nullptr;
+}
+
+DeviceTable arbiter_device_table(const std::string& admin_socket, uint64_t timeout_ns) {
+  const AdminReply reply = admin_request(admin_socket, {{"cmd", "devices"}}, timeout_ns);
+  if (reply.outcome == AdminOutcome::kUnreachable) throw ArbiterUnreachable(reply.reason);
+  if (reply.outcome == AdminOutcome::kRefused)
+    throw HookError("the arbiter did not list the node's GPUs: " + reply.reason);
+  DeviceTable table;
+  const auto list = reply.response.find("devices");
+  if (list == reply.response.end() || !list->is_array())
+    throw HookError("the arbiter's list of GPUs has no \"devices\" array");
+  for (const nlohmann::json& d : *list) {
+    if (!d.is_object() || !d.contains("name") || !d["name"].is_string() || !d.contains("uuid") ||
+        !d["uuid"].is_string() || !d.contains("minor") || !d["minor"].is_number_integer())
+      throw HookError("the arbiter's list of GPUs has an entry without name, uuid and minor: " +
+                      shown(d.dump()));
+    table.entries.push_back(GpuEntry{d["name"].get<std::string>(), d["uuid"].get<std::string>(),
+                                     d["minor"].get<int>(), d.value("mig", false)});
+  }
+  return table;
 }
 
 DeviceTable load_nvml_devices() {

@@ -4,6 +4,7 @@
 // by tests.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,12 @@ struct DeviceTable {
   const GpuEntry* find(const std::string& name) const;
 };
 
-// Lists the devices through libnvidia-ml.so.1. A driver that lists MIG instances at the top
+// The arbiter's table (its `devices` admin request): what the hook stages use, so the
+// host-root hook never loads a driver library while a container is being created. Throws
+// ArbiterUnreachable when the arbiter does not answer, HookError when it refuses.
+DeviceTable arbiter_device_table(const std::string& admin_socket, uint64_t timeout_ns);
+
+// Lists the devices through libnvidia-ml.so.1 (`cdi generate`, run by the installer). A driver that lists MIG instances at the top
 // level (simgpu does) gets "MINOR:K" names, K counting that GPU's instances in order.
 // Throws HookError when NVML cannot be loaded or answers with an error.
 DeviceTable load_nvml_devices();

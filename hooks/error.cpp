@@ -1,45 +1,30 @@
-// HookError's helper for showing untrusted text in its one line.
+// HookError's helpers for showing untrusted text in its one line. The escaping rule is the
+// arbiter's (arbiter/names.h printable): one rule for every line Quanta writes about text a
+// pod or an image chose.
 #include "hooks/error.h"
 
-#include <cstdio>
+#include "arbiter/names.h"
 
 namespace quanta::hooks {
 
 std::string printable(const std::string& text) {
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
+  // A line built from parts that shown() escaped already: its backslashes stay as they are.
+  return arbiter::printable(text, /*escape_backslash=*/false);
 }
 
 std::string shown(const std::string& text) {
-  std::string out = "\"";
-  size_t shown = 0;
-  for (unsigned char c : text) {
-    if (++shown > 200) {
-      out += "…";
-      break;
-    }
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20 || c == 0x7f) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
+  // At most 200 bytes of the value, cut on a character boundary, then escaped and quoted.
+  size_t cut = text.size();
+  if (cut > 200) {
+    cut = 200;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
   }
-  return out + "\"";
+  std::string out = "\"";
+  for (char c : arbiter::printable(std::string_view(text).substr(0, cut))) {
+    if (c == '"') out += '\\';
+    out += c;
+  }
+  return out + (cut < text.size() ? "…\"" : "\"");
 }
 
 }  // namespace quanta::hooks

@@ -9,13 +9,21 @@
 
 namespace quanta::hooks {
 
-// `text` with control characters escaped (\x0a): what a hostile value put into a message
-// cannot start a line of its own in the runtime's log.
+// `text` with control characters, C1 controls and bidirectional overrides escaped (\x0a),
+// by the arbiter's one rule (arbiter/names.h): what a hostile value put into a message
+// cannot start a line of its own in the runtime's log or reorder it.
 std::string printable(const std::string& text);
 
 class HookError : public std::runtime_error {
  public:
   explicit HookError(const std::string& line) : std::runtime_error(printable(line)) {}
+};
+
+// The arbiter did not answer (no socket, nobody listening, a silent connection): the stage
+// then applies [enforce] unplaced instead of failing on the first question it asked.
+class ArbiterUnreachable : public HookError {
+ public:
+  explicit ArbiterUnreachable(const std::string& reason) : HookError(reason) {}
 };
 
 // `text` quoted for an error line: control characters escaped, cut at 200 bytes, so a

@@ -9,7 +9,7 @@ std::vector<std::pair<std::string, nlohmann::json>> hooksd_files(const CdiOption
     nlohmann::json hook{{"path", options.layout.hook_binary()},
                         {"args", c.args},
                         {"timeout", hook_timeout_seconds(options.hook_timeout_ns)}};
-    if (!options.hook_env.empty()) hook["env"] = options.hook_env;
+    hook["env"] = hook_environment();
     std::string name = "quanta-";
     for (char ch : c.stage) {
       if (ch >= 'A' && ch <= 'Z') {

@@ -25,6 +25,15 @@ inline constexpr const char* kContainerSocketDir = "/run/quanta";
 // The file createRuntime writes into the bundle (host side) and createContainer mounts.
 inline constexpr const char* kBundleContainerConf = "quanta-container.conf";
 
+// The whole environment of every hook the spec and hooks.d files name. Never absent: runc
+// runs a hook with no `env` in the container's environment, before pivot_root, with the
+// image's rootfs as working directory. The hook needs nothing from its environment (the
+// node config and the arbiter say everything); bin/quanta-hook discards whatever a runtime
+// passes anyway (hooks/launcher.c).
+inline std::vector<std::string> hook_environment() {
+  return {"PATH=/usr/sbin:/usr/bin:/sbin:/bin"};
+}
+
 struct Layout {
   std::string prefix = "/opt/quanta";
   std::string host_socket = "/run/quanta/tenant.sock";  // the arbiter's tenant socket

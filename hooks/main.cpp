@@ -35,7 +35,6 @@ int main(int argc, char** argv) {
   cdi_gen->add_option("--spec-dirs", c.spec_dirs,
                       "the runtime's CDI folders, lowest priority first (default "
                       "/etc/cdi,/var/run/cdi)");
-  cdi_gen->add_option("--hook-env", c.hook_env, "KEY=VALUE in the hooks' environment (repeatable)");
   cdi_gen->add_flag("--spec-only", c.spec_only, "write the spec only, not the node files");
 
   CLI::App* hooksd = app.add_subcommand("hooksd", "OCI hooks.d files (CRI-O, podman)")
@@ -47,7 +46,6 @@ int main(int argc, char** argv) {
   hooksd_gen->add_option("--output", h.output,
                          "folder, or - for stdout (default /etc/containers/oci/hooks.d)");
   hooksd_gen->add_option("--format", h.format, "json (hooks.d reads JSON only)");
-  hooksd_gen->add_option("--hook-env", h.hook_env, "KEY=VALUE in the hooks' environment (repeatable)");
   hooksd_gen->add_flag("--spec-only", h.spec_only, "write the hooks.d files only, not the node files");
 
   CLI::App* oci =

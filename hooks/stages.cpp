@@ -40,22 +40,30 @@ void create_runtime(StageContext& ctx) {
   if (pod.sandbox) return;
   const PodPolicy policy = validate_annotations(bundle.annotations, ctx.config.defaults);
   const std::string cgroup = ctx.cgroup(s.pid);
-  std::vector<std::string> notes;
-  const std::vector<std::string> devices =
-      resolve_devices(gather_device_evidence(bundle), ctx.devices, &notes);
-  for (const std::string& n : notes) ctx.notes.push_back("container " + s.id + ": " + n);
-
-  nlohmann::json request{{"cmd", "register"},
-                         {"container_id", s.id},
-                         {"pod_uid", pod.uid},
-                         {"pod_name", pod.name},
-                         {"pod_namespace", pod.ns},
-                         {"container_name", pod.container_name},
-                         {"cgroup_path", cgroup},
-                         {"devices", devices},
-                         {"policy", policy.values}};
-  const AdminReply reply =
-      admin_request(ctx.config.admin_socket, request, ctx.config.hook.timeout_ns);
+  const std::function<DeviceTable()> table =
+      ctx.devices ? ctx.devices : [&ctx] {
+        return arbiter_device_table(ctx.config.admin_socket, ctx.config.hook.timeout_ns);
+      };
+  AdminReply reply;
+  try {
+    std::vector<std::string> notes;
+    const std::vector<std::string> devices =
+        resolve_devices(gather_device_evidence(bundle), table, &notes);
+    for (const std::string& n : notes) ctx.notes.push_back("container " + s.id + ": " + n);
+    nlohmann::json request{{"cmd", "register"},
+                           {"container_id", s.id},
+                           {"pod_uid", pod.uid},
+                           {"pod_name", pod.name},
+                           {"pod_namespace", pod.ns},
+                           {"container_name", pod.container_name},
+                           {"cgroup_path", cgroup},
+                           {"devices", devices},
+                           {"policy", policy.values}};
+    reply = admin_request(ctx.config.admin_socket, request, ctx.config.hook.timeout_ns);
+  } catch (const ArbiterUnreachable& e) {
+    reply.outcome = AdminOutcome::kUnreachable;
+    reply.reason = e.what();
+  }
   std::string pod_key = pod.key();
   const bool closed = unplaced_closed(ctx.config, policy.capped());
   switch (reply.outcome) {

@@ -28,7 +28,8 @@ struct StageContext {
   arbiter::NodeConfig config;
   Layout layout;
   OciState state;
-  std::function<DeviceTable()> devices = load_nvml_devices;
+  // The node's GPU table; unset means the arbiter's (arbiter_device_table).
+  std::function<DeviceTable()> devices;
   std::function<std::string(pid_t)> cgroup = container_cgroup;  // tests substitute both
   // Lines for the runtime's log that do not fail the stage (written to stderr by main).
   std::vector<std::string> notes;

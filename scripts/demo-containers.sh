@@ -27,7 +27,7 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || ((seconds < 3 || seconds > 600)); then
 fi
 runc=$(command -v runc || true)
 [[ -n $runc ]] || { echo "$me: runc is not installed (scripts/install-deps.sh installs it)" >&2; exit 1; }
-for f in bin/quanta-arbiter bin/quanta-hook bin/quantactl bin/quanta-e2e-bundle lib/libquanta.so; do
+for f in bin/quanta-arbiter bin/quanta-hook libexec/quanta-hook bin/quantactl bin/quanta-e2e-bundle lib/libquanta.so; do
   [[ -e $build/$f ]] || { echo "$me: $build/$f is missing: build first (make build)" >&2; exit 1; }
 done
 
@@ -64,7 +64,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'echo; echo "$me: interrupted, cleaning up"; exit 130' INT TERM
 
-hook_env=()
 if nvidia-smi -L >/dev/null 2>&1; then
   gpu="the real GPU ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1))"
   command -v nvidia-ctk >/dev/null || {
@@ -76,7 +75,6 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
   export LD_LIBRARY_PATH=$build/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export SIMGPU_STATE=simgpu-democ-$$ SIMGPU_LOG=$run/simgpu.log SIMGPU_MEMORY=16Gi
-  hook_env=(--hook-env "LD_LIBRARY_PATH=$build/sim" --hook-env "SIMGPU_STATE=$SIMGPU_STATE")
   gpu="simgpu (a simulated GPU; no NVIDIA driver on this machine)"
   sim=1
 fi
@@ -108,10 +106,13 @@ quantactl() { "$build/bin/quantactl" --admin-socket "$run/sock/admin.sock" "$@";
 
 # Quanta "installed" the way the node image does it (docs/operator-guide.md), under a prefix
 # of the demo's own, and its CDI spec generated from the node config.
-ln -sf "$build/bin/quanta-hook" "$run/opt-quanta/bin/quanta-hook"
-cp "$build/lib/libquanta.so" "$run/opt-quanta/lib/libquanta.so"
-"$build/bin/quanta-hook" cdi generate --config "$run/quanta.toml" --prefix "$run/opt-quanta" \
-  --output "$run/cdi/quanta.json" "${hook_env[@]}"
+# The installer's layout (the static launcher in bin/, the program in libexec/) and its
+# command line; the hooks' environment is the spec's fixed one, nothing of the demo's.
+install -D -m 0755 "$build/libexec/quanta-hook" "$run/opt-quanta/libexec/quanta-hook"
+install -D -m 0755 "$build/bin/quanta-hook" "$run/opt-quanta/bin/quanta-hook"
+install -D -m 0644 "$build/lib/libquanta.so" "$run/opt-quanta/lib/libquanta.so"
+"$run/opt-quanta/bin/quanta-hook" cdi generate --config "$run/quanta.toml" --prefix "$run/opt-quanta" \
+  --output "$run/cdi/quanta.json"
 uuid=$(quantactl status --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["gpus"][0]["uuid"])')
 
 # The vendor's spec: what NVIDIA's toolkit writes for the node's driver, or the e2e

@@ -114,6 +114,8 @@ TEST(AdminProtocol, ParsesRequestsAndRefusesWhatIsNotOne) {
                 &reg),
             "");
   EXPECT_EQ(reg.registration.devices, std::vector<std::string>{"GPU-1"});
+  EXPECT_EQ(parse_admin_request(R"({"cmd":"devices"})", &r), "");
+  EXPECT_EQ(r.command, AdminRequest::Command::kDevices) << "quanta-hook's device table";
   EXPECT_NE(parse_admin_request("not json", &r), "");
   EXPECT_NE(parse_admin_request(R"([1,2])", &r), "");
   EXPECT_NE(parse_admin_request(R"({"cmd":5})", &r), "");
@@ -172,7 +174,7 @@ TEST(StateFile, NamesThatAreNotUtf8NeverStopASave) {
 }
 
 std::vector<GpuInfo> two_gpus_with_a_mig() {
-  return {GpuInfo{"GPU-a", "", 0}, GpuInfo{"MIG-a1", "GPU-a", 0}, GpuInfo{"GPU-b", "", 1}};
+  return {GpuInfo{"GPU-a", "", 0, "0"}, GpuInfo{"MIG-a1", "GPU-a", 0, "0:0"}, GpuInfo{"GPU-b", "", 1, "1"}};
 }
 
 TEST(DeviceAccess, ARegistrationsListGrantsGpusAndTheirMigInstances) {

@@ -1,6 +1,6 @@
-// The pod registry's state file: each save replaces the file whole, and the replaced file's
-// last descriptor goes where the arbiter says, so freeing its blocks never waits on the
-// event loop.
+// The pod registry's state file (each save replaces the file whole, the replaced file's last
+// descriptor goes where the arbiter says, so freeing its blocks never waits on the event
+// loop; only root reads it) and the binding of a pod's name to its uid.
 #include "arbiter/pod_registry.h"
 
 #include <fcntl.h>
@@ -91,6 +91,55 @@ TEST_F(PodRegistryState, WithoutACloserTheSaveClosesTheReplacedFileItself) {
   for (int i = 0; i < 5; ++i) pods_.save_state();
   EXPECT_EQ(open_descriptors(), before);
   EXPECT_FALSE(pods_.state_file_changed());
+}
+
+TEST_F(PodRegistryState, TheStateFileIsReadableByRootOnly) {
+  Registration r{"c1", "uid-1", "web", "prod", "server", "/kubepods/pod1/c1", {}, {}};
+  ASSERT_EQ(pods_.register_container(r), "");
+  pods_.save_state();
+  struct stat st {};
+  ASSERT_EQ(stat(file_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "it names every pod, its cgroup and its policy";
+}
+
+TEST_F(PodRegistryState, ALivePodsNameCannotBeClaimedWithAnotherUid) {
+  pods_.probe_cgroups_with([](const std::string&) { return true; });
+  ASSERT_EQ(pods_.register_container({"victim-c", "uid-victim", "web", "prod", "server", "/kubepods/pod-v/c", {}, {}}), "");
+  const std::string err =
+      pods_.register_container({"attacker-c", "uid-attacker", "web", "prod", "x", "/kubepods/pod-a/c", {}, {{"weight", "1000"}}});
+  EXPECT_NE(err.find("a pod's name belongs to one live pod"), std::string::npos) << err;
+  EXPECT_EQ(err.find("uid-victim"), std::string::npos) << "the refusal does not tell the other pod's uid";
+  EXPECT_EQ(pods_.registrations().count("attacker-c"), 0u);
+  EXPECT_EQ(pods_.registrations().count("victim-c"), 1u);
+  // A second container of the same pod (same uid) still joins it.
+  EXPECT_EQ(pods_.register_container({"victim-c2", "uid-victim", "web", "prod", "sidecar", "/kubepods/pod-v/c2", {}, {}}), "");
+}
+
+TEST_F(PodRegistryState, ARegistrationWhoseCgroupIsGoneYieldsToTheRecreatedPod) {
+  std::string gone = "/kubepods/pod-old/c";
+  pods_.probe_cgroups_with([&gone](const std::string& cgroup) { return cgroup != gone; });
+  ASSERT_EQ(pods_.register_container({"old-c", "uid-old", "db-0", "prod", "pg", gone, {}, {}}), "");
+  EXPECT_EQ(pods_.register_container({"new-c", "uid-new", "db-0", "prod", "pg", "/kubepods/pod-new/c", {}, {}}), "");
+  EXPECT_EQ(pods_.registrations().count("old-c"), 0u) << "the ended pod's registration is dropped";
+  EXPECT_EQ(pods_.registrations().count("new-c"), 1u);
+}
+
+TEST(CgroupExists, OnlyAVisibleHierarchyWithoutTheCgroupMeansGone) {
+  EXPECT_TRUE(cgroup_exists("/")) << "the root always exists";
+  EXPECT_TRUE(cgroup_exists("/no-such-hierarchy-quanta/pod/c")) << "a hierarchy not visible here cannot be judged";
+  EXPECT_TRUE(cgroup_exists("/../etc")) << "a path with .. is not judged";
+  std::error_code ec;
+  const bool v2 = std::filesystem::exists("/sys/fs/cgroup/cgroup.controllers", ec);
+  if (v2) {
+    // A top-level folder that exists here, and a child of it that does not.
+    for (const auto& entry : std::filesystem::directory_iterator("/sys/fs/cgroup", ec)) {
+      if (!entry.is_directory()) continue;
+      const std::string top = "/" + entry.path().filename().string();
+      EXPECT_TRUE(cgroup_exists(top));
+      EXPECT_FALSE(cgroup_exists(top + "/quanta-no-such-cgroup-" + std::to_string(getpid())));
+      break;
+    }
+  }
 }
 
 }  // namespace

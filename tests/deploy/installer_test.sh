@@ -4,9 +4,6 @@
 # replaces the file by rename while a process keeps mapping the old one (its bytes stay
 # intact: nothing is truncated); an unchanged payload leaves every file (inode) alone; a
 # node config the arbiter refuses stops the install before anything changes.
-# quanta-hook is the built one when it exists; until hooks/ lands, a test double stands in
-# for its `cdi generate` (the spec's mounts and the <prefix>/etc files docs/operator-guide.md
-# lists) so the installer's own file handling is still tested.
 set -euo pipefail
 src=${1:?usage: installer_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?}
@@ -20,40 +17,13 @@ ok() { echo "ok: $*"; passed=$((passed + 1)); }
 
 mkdir -p "$t/payload/lib" "$t/payload/bin" "$t/node-config"
 cp "$build/lib/libquanta.so" "$t/payload/lib/libquanta.so"
-if [[ -x $build/bin/quanta-hook ]]; then
-  cp "$build/bin/quanta-hook" "$t/payload/bin/quanta-hook"
-  hook_kind="built quanta-hook"
-  export LD_LIBRARY_PATH=$build/sim SIMGPU_STATE=quanta-install-$$
-else
-  hook_kind="test double for quanta-hook"
-  cat >"$t/payload/bin/quanta-hook" <<'HOOK'
-#!/bin/sh
-# Test double: `cdi generate` as the documented contract describes it.
-[ "$1 $2" = "cdi generate" ] || { echo "double: only cdi generate" >&2; exit 2; }
-shift 2
-for a in "$@"; do case $a in --prefix) k=p ;; --socket) k=s ;; --config) k=c ;; --output) k=o ;; --format) k=f ;;
-  *) case $k in p) prefix=$a ;; s) socket=$a ;; c) config=$a ;; o) out=$a ;; esac; k= ;; esac; done
-mkdir -p "$prefix/etc"
-echo /opt/quanta/lib/libquanta.so >"$prefix/etc/ld.so.preload.tmp" && mv "$prefix/etc/ld.so.preload.tmp" "$prefix/etc/ld.so.preload"
-echo "socket=$socket" >"$prefix/etc/node.conf.tmp" && mv "$prefix/etc/node.conf.tmp" "$prefix/etc/node.conf"
-cat >"$out" <<SPEC
-cdiVersion: "0.5.0"
-kind: quanta.dev/gpu
-devices:
-  - name: all
-    containerEdits: {}
-containerEdits:
-  mounts:
-    - {hostPath: $prefix/lib/libquanta.so, containerPath: /opt/quanta/lib/libquanta.so, options: [ro, bind]}
-    - {hostPath: $prefix/etc/ld.so.preload, containerPath: /etc/ld.so.preload, options: [ro, bind]}
-    - {hostPath: $prefix/etc, containerPath: /etc/quanta, options: [ro, rbind]}
-    - {hostPath: $(dirname "$socket"), containerPath: /run/quanta, options: [ro, rbind]}
-  hooks:
-    - {hookName: createContainer, path: $prefix/bin/quanta-hook, args: [quanta-hook, create, --config, $config]}
-SPEC
-HOOK
-  chmod +x "$t/payload/bin/quanta-hook"
-fi
+# The built quanta-hook, as the image carries it: the static launcher in bin/, the program
+# it starts in libexec/.
+mkdir -p "$t/payload/libexec"
+cp "$build/bin/quanta-hook" "$t/payload/bin/quanta-hook"
+cp "$build/libexec/quanta-hook" "$t/payload/libexec/quanta-hook"
+hook_kind="built quanta-hook"
+export LD_LIBRARY_PATH=$build/sim SIMGPU_STATE=quanta-install-$$
 node -e '
 const YAML = require(process.argv[1] + "/tests/deploy/node_modules/yaml");
 const fs = require("fs");
@@ -69,7 +39,7 @@ inode() { stat -c %i "$1"; }
 
 # 1. A fresh node.
 out=$(install) || fail "first install failed: $out"
-for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/etc/ld.so.preload opt/quanta/etc/node.conf etc/quanta/quanta.toml etc/cdi/quanta.yaml; do
+for f in opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/libexec/quanta-hook opt/quanta/etc/ld.so.preload opt/quanta/etc/node.conf etc/quanta/quanta.toml etc/cdi/quanta.yaml; do
   [[ -f $t/$f ]] || fail "$f not installed: $out"
 done
 [[ -x $t/opt/quanta/bin/quanta-hook ]] || fail "quanta-hook is not executable"
@@ -107,10 +77,10 @@ after=$(sed -n 2p "$t/mapper.out")
 ok "a new library replaces the old by rename; the process mapping the old one reads it intact"
 
 # 3. Same payload again: nothing the installer owns is touched.
-owned="opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook etc/quanta/quanta.toml etc/cdi/quanta.yaml"
+owned="opt/quanta/lib/libquanta.so opt/quanta/bin/quanta-hook opt/quanta/libexec/quanta-hook etc/quanta/quanta.toml etc/cdi/quanta.yaml"
 inodes=$(for f in $owned; do inode "$t/$f"; done)
 out=$(install) || fail "third install failed: $out"
-[[ $(grep -c unchanged <<<"$out") -eq 4 ]] || fail "an unchanged payload was rewritten: $out"
+[[ $(grep -c unchanged <<<"$out") -eq 5 ]] || fail "an unchanged payload was rewritten: $out"
 again=$(for f in $owned; do inode "$t/$f"; done)
 [[ $inodes == "$again" ]] || fail "inodes changed on an unchanged install"
 ok "an unchanged payload leaves every file alone"

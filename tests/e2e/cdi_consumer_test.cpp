@@ -221,10 +221,9 @@ TEST_F(CdiConsumerTest, PodmanRunsTheHooksdFilesForAnnotatedContainersOnly) {
   // The hooks.d form (CRI-O, podman): no CDI device, the files match on quanta.dev/*.
   Install install = install_quanta(*world_);
   const std::string hooks_dir = world_->dir().file("hooks.d");
-  std::vector<std::string> argv = {QUANTA_HOOK_BINARY, "hooksd", "generate", "--config", world_->config_path(),
-                                   "--prefix", install.prefix, "--output", hooks_dir,
-                                   "--hook-env", std::string("LD_LIBRARY_PATH=") + QUANTA_SIMGPU_DIR,
-                                   "--hook-env", "SIMGPU_STATE=" + world_->sim_state()};
+  // The installer's --hooks-dir command line.
+  std::vector<std::string> argv = {install.prefix + "/bin/quanta-hook", "hooksd", "generate", "--config",
+                                   world_->config_path(), "--prefix", install.prefix, "--output", hooks_dir};
   Child g = world_->spawn(argv, world_->tenant_env("", false));
   ASSERT_EQ(g.wait(30), 0) << g.err();
   for (const char* f : {"quanta-create-runtime.json", "quanta-create-container.json", "quanta-poststop.json"})

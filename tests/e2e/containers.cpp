@@ -1,6 +1,8 @@
 // The e2e harness: installation, image, bundles with CDI edits applied, runtimes.
 #include "containers.h"
 
+#include "hooks/spec_io.h"
+
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/statfs.h>
@@ -218,17 +220,20 @@ Install install_quanta(const World& world, const std::vector<std::string>& extra
                        const std::string& output_name) {
   Install in;
   in.prefix = world.dir().file("opt-quanta");
-  fs::create_directories(in.prefix + "/bin");
-  fs::create_directories(in.prefix + "/lib");
-  std::error_code ec;
-  fs::remove(in.prefix + "/bin/quanta-hook", ec);
-  fs::create_symlink(QUANTA_HOOK_BINARY, in.prefix + "/bin/quanta-hook");
+  // As deploy/image/quanta-install-host lays it out: the static launcher in bin/, the
+  // program it starts in libexec/, the shim in lib/.
+  for (const char* d : {"/bin", "/libexec", "/lib"}) fs::create_directories(in.prefix + d);
+  const std::string built = fs::path(QUANTA_HOOK_BINARY).parent_path().parent_path().string();
+  copy_file(QUANTA_HOOK_BINARY, in.prefix + "/bin/quanta-hook");
+  copy_file(built + "/libexec/quanta-hook", in.prefix + "/libexec/quanta-hook");
+  for (const char* f : {"/bin/quanta-hook", "/libexec/quanta-hook"})
+    fs::permissions(in.prefix + f, fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                       fs::perms::others_read | fs::perms::others_exec);
   copy_file(QUANTA_SHIM_LIBRARY, in.prefix + "/lib/libquanta.so");
   in.spec_path = world.dir().file(output_name);
-  std::vector<std::string> argv = {QUANTA_HOOK_BINARY, "cdi", "generate", "--config", world.config_path(),
-                                   "--prefix", in.prefix, "--output", in.spec_path,
-                                   "--hook-env", std::string("LD_LIBRARY_PATH=") + QUANTA_SIMGPU_DIR,
-                                   "--hook-env", "SIMGPU_STATE=" + world.sim_state()};
+  // The installer's command line (its --format aside: the tests read JSON).
+  std::vector<std::string> argv = {in.prefix + "/bin/quanta-hook", "cdi", "generate", "--config", world.config_path(),
+                                   "--prefix", in.prefix, "--output", in.spec_path};
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::string out, err;
   // NVML is simgpu's, in the world's state: the generator names the devices the arbiter sees.
@@ -236,6 +241,27 @@ Install install_quanta(const World& world, const std::vector<std::string>& extra
   if (rc != 0) throw std::runtime_error("quanta-hook cdi generate failed (" + std::to_string(rc) + "): " + err);
   if (in.spec_path.size() > 5 && in.spec_path.substr(in.spec_path.size() - 5) == ".json")
     in.spec = json::parse(read_text(in.spec_path));
+  return in;
+}
+
+NodeInstall install_as_node(const World& world) {
+  NodeInstall in;
+  in.prefix = world.dir().file("opt-quanta");
+  in.cdi_dir = world.dir().file("cdi");
+  in.hooks_dir = world.dir().file("hooks.d");
+  in.installed_config = world.dir().file("etc-quanta/quanta.toml");
+  const std::string built = fs::path(QUANTA_HOOK_BINARY).parent_path().parent_path().string();
+  const std::vector<std::string> argv = {
+      std::string(QUANTA_SOURCE_DIR) + "/deploy/image/quanta-install-host", "--prefix=" + in.prefix,
+      "--node-config=" + world.config_path(), "--config=" + in.installed_config,
+      "--socket=" + world.tenant_socket(), "--cdi-dir=" + in.cdi_dir, "--hooks-dir=" + in.hooks_dir,
+      "--payload=" + built, "--arbiter=" + built + "/bin/quanta-arbiter"};
+  std::string out, err;
+  // The init container's environment is the node's: here simgpu's NVML, as the arbiter's.
+  const int rc = run_command(argv, world.dir().path(), &out, &err, 60, world.tenant_env("", false));
+  if (rc != 0) throw std::runtime_error("quanta-install-host failed (" + std::to_string(rc) + "): " + out + err);
+  in.spec_path = in.cdi_dir + "/quanta.yaml";
+  in.spec = hooks::read_spec_file(in.spec_path);
   return in;
 }
 

@@ -40,10 +40,22 @@ struct Install {
   std::string spec_path;
   nlohmann::json spec;
 };
-// Runs quanta-hook cdi generate (JSON, or `format`) against the world's config; the hooks
-// get simgpu's NVML through --hook-env. `extra` are more generate arguments.
+// Installs the files as deploy/image/quanta-install-host does and runs the installed
+// quanta-hook's cdi generate (JSON) against the world's config, in the world's environment
+// (simgpu's NVML), as the installer runs it. `extra` are more generate arguments.
 Install install_quanta(const World& world, const std::vector<std::string>& extra = {},
                        const std::string& output_name = "quanta.json");
+
+// Quanta installed exactly as the DaemonSet's init container installs it: the real
+// deploy/image/quanta-install-host, its payload the build folder, with the world's node
+// config, tenant socket and a CDI folder (and hooks.d folder) of the world's own. The spec
+// is the YAML file it wrote; `hooks_dir` the hooks.d folder it filled.
+struct NodeInstall : Install {
+  std::string cdi_dir;
+  std::string hooks_dir;
+  std::string installed_config;  // the node config's copy the hooks read
+};
+NodeInstall install_as_node(const World& world);
 
 // An image: glibc's libraries, the C++-free quanta-tenant and the admin probe, and no
 // libstdc++ or libgcc_s anywhere. Returns the rootfs folder.

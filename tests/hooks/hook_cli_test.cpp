@@ -59,12 +59,14 @@ class Cli : public ::testing::Test {
     c.push_back(nullptr);
     std::vector<std::string> env = {"LD_LIBRARY_PATH=" + std::string(QUANTA_SIM_DIR), "SIMGPU_STATE=" + sim_state_,
                                     "SIMGPU_DEVICES=2", "PATH=/usr/bin:/bin"};
+    env.insert(env.end(), extra_env_.begin(), extra_env_.end());
     std::vector<char*> e;
     for (std::string& v : env) e.push_back(v.data());
     e.push_back(nullptr);
     const std::string out = dir_ + "/out", err = dir_ + "/err";
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
+    if (!cwd_.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd_.c_str());
     posix_spawn_file_actions_adddup2(&actions, in[0], 0);
     posix_spawn_file_actions_addclose(&actions, in[1]);
     posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -103,7 +105,55 @@ class Cli : public ::testing::Test {
 
   std::string dir_;
   std::string sim_state_;
+  std::vector<std::string> extra_env_;  // more of the hook's environment
+  std::string cwd_;                     // its working directory ("" = the test's)
 };
+
+// Runs argv with exactly `env`; its exit code.
+int run_with(const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+  std::vector<std::string> a = argv, e = env;
+  std::vector<char*> ca, ce;
+  for (std::string& x : a) ca.push_back(x.data());
+  for (std::string& x : e) ce.push_back(x.data());
+  ca.push_back(nullptr);
+  ce.push_back(nullptr);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, ca[0], nullptr, nullptr, ca.data(), ce.data()) != 0) return -1;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// runc runs a hook whose spec names no env in the container's environment, with the image's
+// rootfs as working directory, as host root: whatever the runtime hands over, nothing from
+// the image may run in the hook (bin/quanta-hook is a static launcher; hooks/launcher.c).
+TEST_F(Cli, AStageRunsNothingAnImageNamesInItsEnvironmentOrWorkingDirectory) {
+  const std::string rootfs = dir_ + "/rootfs", mark = dir_ + "/ran-as-the-hook";
+  fs::create_directories(rootfs + "/gconv");
+  fs::copy_file(QUANTA_HOSTILE_PRELOAD, rootfs + "/evil.so");
+  // The library does run where a loader is told to load it: the mark below proves it.
+  const std::string probe = dir_ + "/probe-mark";
+  ASSERT_EQ(run_with({"/bin/true"}, {"LD_PRELOAD=" + rootfs + "/evil.so", "HOSTILE_MARK=" + probe}), 0);
+  ASSERT_TRUE(fs::exists(probe)) << "the hostile library does not record where it runs";
+
+  extra_env_ = {"LD_PRELOAD=/proc/self/cwd/evil.so", "LD_AUDIT=/proc/self/cwd/evil.so",
+                "LD_LIBRARY_PATH=/proc/self/cwd", "GCONV_PATH=/proc/self/cwd/gconv",
+                "GLIBC_TUNABLES=glibc.malloc.check=3", "MALLOC_CHECK_=3", "HOSTILE_MARK=" + mark};
+  cwd_ = rootfs;
+  const std::string state = json{{"ociVersion", "1.0.2"}, {"id", "c1"}, {"status", "creating"}, {"pid", getpid()},
+                                 {"bundle", dir_ + "/no-bundle"}, {"annotations", json::object()}}
+                                .dump();
+  for (const char* stage : {"create-runtime", "create-container", "poststop"}) {
+    Result r = hook({"oci", stage, "--config", config()}, state);
+    EXPECT_EQ(r.err.find("uid"), std::string::npos) << stage << ": " << r.err;
+  }
+  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran in the hook: " << read(mark);
+  // The operator's own commands keep the caller's environment (the installer's).
+  extra_env_ = {"LD_PRELOAD=/proc/self/cwd/evil.so", "HOSTILE_MARK=" + mark};
+  Result r = hook({"cdi", "generate", "--config", config(), "--spec-only", "--output", "-"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(mark)) << "cdi generate runs with the caller's environment, loader variables included";
+}
 
 TEST_F(Cli, MalformedOrMissingStateIsOneLineNotACrash) {
   for (const std::string& input : {std::string("{not json"), std::string("[]"), std::string("{\"id\":\"x\"}"),
@@ -162,8 +212,8 @@ TEST_F(Cli, CdiGenerateWritesTheSpecAndNodeFilesAtomically) {
   EXPECT_NE(r.err.find("does not match the extension"), std::string::npos) << r.err;
   r = hook({"cdi", "generate", "--config", config(), "--spec-only", "--socket", "relative.sock", "--output", "-"});
   EXPECT_NE(r.err.find("use an absolute path"), std::string::npos) << r.err;
-  r = hook({"cdi", "generate", "--config", config(), "--spec-only", "--hook-env", "NOEQUALS", "--output", "-"});
-  EXPECT_NE(r.err.find("use KEY=VALUE"), std::string::npos) << r.err;
+  r = hook({"cdi", "generate", "--config", config(), "--spec-only", "--hook-env", "LD_PRELOAD=/x.so", "--output", "-"});
+  EXPECT_NE(r.code, 0) << "the hooks' environment is fixed: no option adds to it";
 }
 
 TEST_F(Cli, HooksdGenerateWritesOneFilePerStageMatchingOurAnnotations) {

@@ -125,10 +125,6 @@ TEST(PodIdentity, EachRuntimesAnnotations) {
   EXPECT_EQ(p.key(), "data/db");
   EXPECT_EQ(p.container_name, "pg");
 
-  p = pod_identity({{"io.kubernetes.pod.name", "job"}, {"io.kubernetes.pod.namespace", "ml"}}, "cid");
-  EXPECT_EQ(p.key(), "ml/job");
-  EXPECT_EQ(p.container_name, "cid");
-
   p = pod_identity({}, "abc123");
   EXPECT_EQ(p.key(), "uid:abc123") << "outside Kubernetes the container is its own pod";
 
@@ -136,10 +132,58 @@ TEST(PodIdentity, EachRuntimesAnnotations) {
   EXPECT_TRUE(pod_identity({{"io.kubernetes.cri-o.ContainerType", "sandbox"}}, "c").sandbox);
 }
 
-TEST(PodIdentity, MalformedAnnotationsAreRefused) {
-  EXPECT_NE(error_of([] { pod_identity({{"io.kubernetes.cri-o.Labels", "{nope"}}, "c"); }).find("expected a JSON object"),
+// CRI-O copies every pod annotation into the container's spec: a pod that writes
+// containerd's keys must neither become the pod they name nor pass as a sandbox.
+const char* kCrioLabels =
+    R"({"io.kubernetes.pod.name":"attacker","io.kubernetes.pod.namespace":"team-a","io.kubernetes.pod.uid":"u-a","io.kubernetes.container.name":"c"})";
+
+TEST(PodIdentity, ACrioPodNamingAnotherPodWithContainerdKeysStaysItself) {
+  PodIdentity p = pod_identity({{"io.kubernetes.cri-o.ContainerType", "container"},
+                                {"io.kubernetes.cri-o.Labels", kCrioLabels},
+                                {"io.kubernetes.cri.sandbox-name", "victim"},
+                                {"io.kubernetes.cri.sandbox-namespace", "team-b"},
+                                {"io.kubernetes.cri.sandbox-uid", "u-b"}},
+                               "cid");
+  EXPECT_EQ(p.key(), "team-a/attacker");
+  EXPECT_EQ(p.uid, "u-a");
+}
+
+TEST(PodIdentity, ACrioPodClaimingContainerdsSandboxTypeIsRefusedNotSkipped) {
+  const std::string err = error_of([] {
+    pod_identity({{"io.kubernetes.cri-o.ContainerType", "container"},
+                  {"io.kubernetes.cri-o.Labels", kCrioLabels},
+                  {"io.kubernetes.cri.container-type", "sandbox"}},
+                 "cid");
+  });
+  EXPECT_NE(err.find("one of them came from the pod"), std::string::npos) << err;
+}
+
+TEST(PodIdentity, PlainKubernetesAnnotationsWithoutARuntimeNameNoPod) {
+  // Whoever creates a container by hand writes its annotations too: no pod is named by them.
+  PodIdentity p = pod_identity({{"io.kubernetes.pod.name", "victim"}, {"io.kubernetes.pod.namespace", "team-b"},
+                                {"io.kubernetes.pod.uid", "u-b"}},
+                               "cid");
+  EXPECT_EQ(p.key(), "uid:cid");
+  EXPECT_FALSE(pod_identity({{"io.kubernetes.cri.sandbox-name", "victim"}}, "c").sandbox);
+}
+
+TEST(PodIdentity, ARuntimeKeyWithoutItsPodIsRefused) {
+  EXPECT_NE(error_of([] { pod_identity({{"io.kubernetes.cri.container-type", "container"}}, "c"); })
+                .find("name no pod"),
             std::string::npos);
-  EXPECT_NE(error_of([] { pod_identity({{"io.kubernetes.cri.sandbox-name", "a/b"}}, "c"); }).find("pod name"),
+  EXPECT_NE(error_of([] { pod_identity({{"io.kubernetes.cri-o.ContainerType", "container"}}, "c"); })
+                .find("but not io.kubernetes.cri-o.Labels"),
+            std::string::npos);
+}
+
+TEST(PodIdentity, MalformedAnnotationsAreRefused) {
+  EXPECT_NE(error_of([] {
+              pod_identity({{"io.kubernetes.cri-o.ContainerType", "container"}, {"io.kubernetes.cri-o.Labels", "{nope"}}, "c");
+            }).find("expected a JSON object"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              pod_identity({{"io.kubernetes.cri.container-type", "container"}, {"io.kubernetes.cri.sandbox-name", "a/b"}}, "c");
+            }).find("pod name"),
             std::string::npos);
 }
 
@@ -181,6 +225,19 @@ TEST(Annotations, RefusalNamesAnnotationValueAndWhatIsAllowed) {
   EXPECT_NE(e.find("unknown policy key"), std::string::npos) << e;
   e = error_of([] { validate_annotations({{"quanta.dev/priority", "urgent\n\x1b[31m"}}, common::Policy{}); });
   EXPECT_EQ(e.find('\n'), std::string::npos) << "a hostile value cannot add lines: " << e;
+}
+
+TEST(Annotations, RefusalEscapesBidiOverridesAndC1ControlsOfTheValue) {
+  // U+202E (right-to-left override) reorders what an operator reads; U+0085 (NEL) and U+009B
+  // (CSI) are line and terminal controls in C1. The arbiter escapes them: so does the hook.
+  const std::string e = error_of([] {
+    validate_annotations({{"quanta.dev/priority", "batch\xe2\x80\xae" "lacitirc\xc2\x85x\xc2\x9b"}}, common::Policy{});
+  });
+  EXPECT_EQ(e.find("\xe2\x80\xae"), std::string::npos) << e;
+  EXPECT_EQ(e.find("\xc2\x85"), std::string::npos) << e;
+  EXPECT_EQ(e.find("\xc2\x9b"), std::string::npos) << e;
+  EXPECT_NE(e.find("\\xe2\\x80\\xae"), std::string::npos) << e;
+  EXPECT_NE(e.find("\\xc2\\x85"), std::string::npos) << e;
 }
 
 // The one table of docs/annotations.md lists exactly the keys the parser takes (as the
@@ -334,7 +391,6 @@ CdiOptions options() {
   CdiOptions o;
   o.layout.prefix = "/opt/quanta";
   o.layout.host_socket = "/run/quanta/tenant.sock";
-  o.hook_env = {"LD_LIBRARY_PATH=/x"};
   o.hook_timeout_ns = 5'000'000'000;
   return o;
 }
@@ -366,7 +422,8 @@ TEST(CdiSpec, QuantaGpuSpecNamesEveryDeviceAndCarriesMountsAndHooks) {
   for (const json& h : spec["containerEdits"]["hooks"]) {
     stages.push_back(h["hookName"]);
     EXPECT_EQ(h["path"], "/opt/quanta/bin/quanta-hook");
-    EXPECT_EQ(h["env"], json::array({"LD_LIBRARY_PATH=/x"}));
+    EXPECT_EQ(h["env"], json::array({"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}))
+        << "a hook without env runs in the container's environment under runc";
     EXPECT_EQ(h["timeout"], 15);
   }
   EXPECT_EQ(stages, (std::vector<std::string>{"createRuntime", "createContainer", "poststop"}));

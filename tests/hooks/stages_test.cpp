@@ -132,7 +132,8 @@ struct Fixture {
   }
 };
 
-const json kPod = {{"io.kubernetes.cri.sandbox-name", "web"},
+const json kPod = {{"io.kubernetes.cri.container-type", "container"},
+                   {"io.kubernetes.cri.sandbox-name", "web"},
                    {"io.kubernetes.cri.sandbox-namespace", "prod"},
                    {"io.kubernetes.cri.sandbox-uid", "u1"},
                    {"io.kubernetes.cri.container-name", "server"}};

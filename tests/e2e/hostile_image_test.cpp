@@ -1,0 +1,221 @@
+// Hostile images and pod specs against the injection path as a node runs it: Quanta installed
+// by the real deploy/image/quanta-install-host, its CDI spec and hooks.d files exactly as
+// that installer writes them, real runc and crun (and podman for hooks.d). Each test asserts
+// that no host file changed, that no other pod's registration, share or cap moved, and that
+// a refusal is one clear line.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "containers.h"
+
+namespace quanta::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+using integration::ArbiterConfig;
+using integration::eventually;
+using nlohmann::json;
+
+std::string test_name() {
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::replace(name.begin(), name.end(), '/', '_');
+  return name;
+}
+
+std::string id_for(const std::string& what, Runtime r) {
+  return "qhostile-" + std::to_string(getpid()) + "-" + what + "-" + runtime_name(r);
+}
+
+// CRI-O's own annotations for a container of pod namespace/name with uid `uid`: the
+// container type and the kubelet's labels, as CRI-O writes them over any pod annotation.
+std::map<std::string, std::string> crio_pod(const std::string& ns, const std::string& name,
+                                            const std::string& uid) {
+  const json labels{{"io.kubernetes.pod.name", name},
+                    {"io.kubernetes.pod.namespace", ns},
+                    {"io.kubernetes.pod.uid", uid},
+                    {"io.kubernetes.container.name", "main"}};
+  return {{"io.kubernetes.cri-o.ContainerType", "container"}, {"io.kubernetes.cri-o.Labels", labels.dump()}};
+}
+
+class HostileImageTest : public ::testing::TestWithParam<Runtime> {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "containers need root";
+    if (!runtime_available(GetParam())) {
+      if (getenv("QUANTA_REQUIRE_E2E") != nullptr) FAIL() << runtime_name(GetParam()) << " is not installed";
+      GTEST_SKIP() << runtime_name(GetParam()) << " is not installed (scripts/install-deps.sh installs it)";
+    }
+    ArbiterConfig c;
+    c.allow_unregistered = false;
+    c.quantum = "10ms";
+    c.sockets_in_run_dir = true;
+    c.extra = "[shim]\ncontext_overhead = \"0\"\n[hook]\ntimeout = \"2s\"\n";
+    world_ = std::make_unique<World>(test_name(), c);
+    world_->start_arbiter();
+    install_ = install_as_node(*world_);
+    vendor_ = vendor_spec(*world_);
+    containers_ = std::make_unique<Containers>(*world_, GetParam());
+  }
+
+  std::string bundle(const ContainerSpec& c) {
+    json config = containers_->config_for(c, {{&vendor_, {"0"}}, {&install_.spec, {"0"}}});
+    return containers_->write_bundle(c, config);
+  }
+
+  // Runs the container to its end; its exit code, with what the runtime and hooks said.
+  int run(const ContainerSpec& c, std::string* said) {
+    Child child = containers_->run(c.id, bundle(c));
+    const int code = child.wait(90);
+    *said = child.err() + containers_->hook_stderr(c.id);
+    return code;
+  }
+
+  json registration_of(const std::string& id) {
+    const json regs = registrations(*world_);
+    const json* r = registration(regs, id);
+    return r == nullptr ? json() : *r;
+  }
+
+  std::unique_ptr<World> world_;
+  NodeInstall install_;
+  json vendor_;
+  std::unique_ptr<Containers> containers_;
+};
+
+TEST_P(HostileImageTest, TheInstallersHooksNameTheirWholeEnvironment) {
+  for (const json& h : install_.spec["containerEdits"]["hooks"])
+    EXPECT_EQ(h["env"], json::array({"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})) << h.dump();
+  for (const auto& entry : fs::directory_iterator(install_.hooks_dir)) {
+    const json h = json::parse(read_text(entry.path().string()));
+    EXPECT_EQ(h["hook"]["env"], json::array({"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})) << entry.path();
+  }
+}
+
+// runc runs createContainer hooks inside `runc init`: a hook without its own env gets the
+// container's process.env, and the image's rootfs as working directory, as host root.
+TEST_P(HostileImageTest, AnImagesLoaderVariablesNeverRunInTheHook) {
+  const std::string mark = world_->file("ran-as-the-host-hook");
+  fs::copy_file(QUANTA_HOSTILE_PRELOAD, containers_->rootfs() + "/evil.so", fs::copy_options::overwrite_existing);
+  ContainerSpec c;
+  c.id = id_for("loader", GetParam());
+  c.annotations = {{"quanta.dev/weight", "2"}};
+  c.env = {"LD_PRELOAD=/proc/self/cwd/evil.so", "LD_AUDIT=/proc/self/cwd/evil.so", "LD_LIBRARY_PATH=/proc/self/cwd",
+           "GCONV_PATH=/proc/self/cwd", "GLIBC_TUNABLES=glibc.malloc.check=3", "HOSTILE_MARK=" + mark};
+  c.args = {"/bin/quanta-tenant", "--json", "info"};
+  std::string said;
+  const int code = run(c, &said);
+  EXPECT_EQ(code, 0) << said;
+  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: " << read_text(mark);
+}
+
+// The preload list and Quanta's folder are symbolic links to host paths in the image: the
+// mounts land inside the container (or the container is refused), never on the host.
+TEST_P(HostileImageTest, SymlinkedMountTargetsNeverReachHostPaths) {
+  const std::string host_file = world_->file("host-preload"), host_dir = world_->file("host-etc");
+  {
+    std::ofstream(host_file) << "untouched\n";
+  }
+  fs::create_directories(host_dir);
+  const std::string root = containers_->rootfs();
+  std::error_code ec;
+  fs::remove(root + "/etc/ld.so.preload", ec);
+  fs::remove_all(root + "/etc/quanta", ec);
+  fs::create_symlink(host_file, root + "/etc/ld.so.preload");
+  fs::create_symlink(host_dir, root + "/etc/quanta");
+  struct stat before {};
+  ASSERT_EQ(stat(host_file.c_str(), &before), 0);
+  ContainerSpec c;
+  c.id = id_for("symlinks", GetParam());
+  c.annotations = {{"quanta.dev/weight", "2"}};
+  c.args = {"/bin/quanta-tenant", "--json", "info"};
+  std::string said;
+  const int code = run(c, &said);
+  // The runtime itself may refuse such an image (crun: "openat2 etc/quanta"); either way
+  // the refusal says why.
+  if (code != 0) {
+    EXPECT_FALSE(said.empty()) << "a refusal without a reason";
+  }
+  EXPECT_EQ(read_text(host_file), "untouched\n");
+  struct stat after {};
+  ASSERT_EQ(stat(host_file.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_TRUE(fs::is_empty(host_dir)) << "something was written into the host folder the image pointed at";
+  const std::string mounts = read_text("/proc/self/mountinfo");
+  EXPECT_EQ(mounts.find(host_file), std::string::npos) << "a mount landed on the host file";
+  EXPECT_EQ(mounts.find(host_dir), std::string::npos) << "a mount landed on the host folder";
+}
+
+// CRI-O copies every pod annotation into the spec: a pod writing containerd's keys for
+// another pod must stay itself, and must not pass as a sandbox to escape registration.
+TEST_P(HostileImageTest, ACrioPodClaimingAnotherPodStaysItselfAndCannotPassAsASandbox) {
+  ContainerSpec victim;
+  victim.id = id_for("victim", GetParam());
+  victim.annotations = crio_pod("team-b", "victim", "uid-victim");
+  victim.annotations["quanta.dev/weight"] = "2";
+  victim.annotations["quanta.dev/memory-limit"] = "1Gi";
+  victim.args = {"/bin/quanta-tenant", "--json", "batch", "--seconds", "6", "--kernel-ms", "2"};
+  Child v = containers_->run(victim.id, bundle(victim));
+  ASSERT_TRUE(eventually(20, [&] { return !registration_of(victim.id).is_null(); })) << v.err();
+
+  ContainerSpec attacker;
+  attacker.id = id_for("attacker", GetParam());
+  attacker.annotations = crio_pod("team-a", "attacker", "uid-attacker");
+  attacker.annotations["io.kubernetes.cri.sandbox-name"] = "victim";
+  attacker.annotations["io.kubernetes.cri.sandbox-namespace"] = "team-b";
+  attacker.annotations["io.kubernetes.cri.sandbox-uid"] = "uid-victim";
+  attacker.annotations["quanta.dev/weight"] = "1000";
+  attacker.annotations["quanta.dev/memory-limit"] = "8Gi";
+  attacker.args = {"/bin/quanta-tenant", "--json", "info"};
+  std::string said;
+  EXPECT_EQ(run(attacker, &said), 0) << said;
+  const json reg = registration_of(attacker.id);
+  // Registered as itself (and unregistered again by poststop), never as team-b/victim.
+  if (!reg.is_null()) {
+    EXPECT_EQ(reg["pod_name"], "attacker") << reg.dump();
+  }
+  const json victim_reg = registration_of(victim.id);
+  ASSERT_FALSE(victim_reg.is_null());
+  EXPECT_EQ(victim_reg["policy"]["weight"], "2") << "the victim's policy moved: " << victim_reg.dump();
+  EXPECT_EQ(victim_reg["policy"]["memory-limit"], "1Gi") << victim_reg.dump();
+  for (const json& t : tenants_of(status(*world_), "team-b/victim")) {
+    EXPECT_EQ(t["weight"], 2) << t.dump();
+    EXPECT_EQ(t["memory_cap"].get<uint64_t>(), 1ull << 30) << t.dump();
+  }
+
+  ContainerSpec sandbox = attacker;
+  sandbox.id = id_for("fake-sandbox", GetParam());
+  sandbox.annotations = crio_pod("team-a", "attacker", "uid-attacker");
+  sandbox.annotations["io.kubernetes.cri.container-type"] = "sandbox";
+  const int code = run(sandbox, &said);
+  EXPECT_NE(code, 0) << "a CRI-O container claiming containerd's sandbox type started: " << said;
+  EXPECT_NE(said.find("one of them came from the pod"), std::string::npos) << said;
+  v.signal(SIGKILL);
+  containers_->kill(victim.id);
+}
+
+// Annotation values with bidirectional overrides and C1 controls: the refusal stays one line
+// that shows them escaped.
+TEST_P(HostileImageTest, UnicodeTricksInAnnotationsAreRefusedEscaped) {
+  ContainerSpec c;
+  c.id = id_for("unicode", GetParam());
+  c.annotations = {{"quanta.dev/priority", "batch\xe2\x80\xae" "evitcaretni\xc2\x85\xc2\x9b" "2J"}};
+  c.args = {"/bin/quanta-tenant", "--json", "info"};
+  std::string said;
+  EXPECT_NE(run(c, &said), 0) << said;
+  EXPECT_NE(said.find("quanta.dev/priority"), std::string::npos) << said;
+  EXPECT_EQ(said.find("\xe2\x80\xae"), std::string::npos) << said;
+  EXPECT_EQ(said.find("\xc2\x85"), std::string::npos) << said;
+  EXPECT_EQ(said.find("\xc2\x9b"), std::string::npos) << said;
+  EXPECT_TRUE(registration_of(c.id).is_null());
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtimes, HostileImageTest, ::testing::Values(Runtime::kRunc, Runtime::kCrun),
+                         [](const ::testing::TestParamInfo<Runtime>& info) { return std::string(runtime_name(info.param)); });
+
+}  // namespace
+}  // namespace quanta::e2e
