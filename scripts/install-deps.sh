@@ -8,7 +8,7 @@ packages=(
   clang llvm libclang-rt-dev bpftool libbpf-dev libelf-dev zlib1g-dev libzstd-dev
   systemtap-sdt-dev
   libboost-dev libtomlplusplus-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libcli11-dev libcpp-httplib-dev libyaml-cpp-dev
+  libcli11-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   runc crun podman prometheus tmux python3 binutils procps util-linux iproute2 jq
 )

@@ -141,6 +141,22 @@ for (const kind of ["PodMonitor"]) {
 }
 
 // 5. The device plugin's time-slicing config: replicas and failRequestsGreaterThanOne.
+// Only Prometheus reaches the metrics port: a NetworkPolicy that selects the arbiter pods,
+// restricts ingress, and admits that port from Prometheus' pods alone.
+{
+  const np = base.objects.find((o) => o.object.kind === "NetworkPolicy")?.object;
+  report.check(np && Object.entries(np.spec.podSelector.matchLabels ?? {}).every(([k, v]) => ds.object.spec.template.metadata.labels[k] === v),
+    "a NetworkPolicy selects the arbiter pods");
+  report.check(np && np.spec.policyTypes?.includes("Ingress"), "the NetworkPolicy restricts ingress");
+  const rules = np?.spec.ingress ?? [];
+  report.check(rules.length > 0 && rules.every((r) => (r.ports ?? []).length > 0 &&
+    r.ports.every((p) => p.port === metricsPort?.name || p.port === metricsPort?.containerPort)),
+    `every ingress rule admits the metrics port (${metricsPort?.name}) only`);
+  report.check(rules.length > 0 && rules.every((r) => (r.from ?? []).length > 0 &&
+    r.from.every((f) => f.podSelector?.matchLabels?.["app.kubernetes.io/name"] === "prometheus")),
+    "every ingress rule admits Prometheus' pods only (never all sources)");
+}
+
 const dp = objects.find((o) => o.object.kind === "ConfigMap" && o.file.includes("/nvidia/"));
 if (report.check(!!dp, "deploy/nvidia/ holds the device plugin's time-slicing ConfigMap")) {
   for (const [key, text] of Object.entries(dp.object.data)) {

@@ -265,12 +265,6 @@ export function metricsUsedByRulesAndDashboard() {
   return out;
 }
 
-// True once the arbiter's sources serve [metrics] listen (cpp-httplib, as docs/metrics.md says).
-export function metricsEndpointBuilt() {
-  const dir = path.join(root, "arbiter");
-  return fs.readdirSync(dir).some((f) => /\.(cpp|h)$/.test(f) && /httplib\.h/.test(fs.readFileSync(path.join(dir, f), "utf8")));
-}
-
 // Label names an expression (and its legend or annotation templates) relies on.
 export function labelsIn(text) {
   const out = new Set();

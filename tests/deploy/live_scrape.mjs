@@ -1,22 +1,16 @@
 // Every metric the rules and the dashboard use, scraped live: an arbiter on simgpu with
 // `[metrics] listen` set, two pods of quanta-tenant processes under libquanta.so contending
 // for the GPU (one capped), then GET /metrics. Each used family must be served with the type
-// docs/metrics.md gives it. Until the arbiter's sources serve /metrics this exits 77 (CTest
-// skip) and says so; from then on an empty or failing scrape is a failure.
+// docs/metrics.md gives it. An empty or failing scrape is a failure.
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
 import { spawn } from "node:child_process";
-import { Report, buildDir, catalogue, familyOf, kExternalMetrics, labelsUsedByRulesAndDashboard, metricsEndpointBuilt,
+import { Report, buildDir, catalogue, familyOf, kExternalMetrics, labelsUsedByRulesAndDashboard,
   metricsUsedByRulesAndDashboard } from "./lib.mjs";
 
-if (!metricsEndpointBuilt()) {
-  console.log("SKIP: no arbiter source serves [metrics] listen yet (no cpp-httplib endpoint in arbiter/); " +
-    "this test scrapes a live arbiter as soon as one does");
-  process.exit(77);
-}
 const report = new Report("live scrape");
 const build = buildDir();
 const bin = (p) => path.join(build, p);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -539,6 +540,154 @@ TEST(Metrics, StallingClientsNeverHoldUpTheArbiter) {
   close(deaf);
   EXPECT_EQ(a.wait(30), 0) << a.err();
   EXPECT_EQ(b.wait(30), 0) << b.err();
+}
+
+// --- the endpoint against clients that want it down ---------------------------------------
+
+// The arbiter's resident memory, in KiB.
+uint64_t rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  return 0;
+}
+
+size_t open_descriptors(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec))
+    ++n;
+  return n;
+}
+
+// /healthz answered 200, and how long it took.
+std::pair<bool, uint64_t> healthz(const std::string& address) {
+  const uint64_t t0 = monotonic_ns();
+  const Scrape s = http_get(address, "/healthz");
+  return {s.status == 200 && s.body == "ok\n", monotonic_ns() - t0};
+}
+
+World abuse_world(const std::string& name) {
+  ArbiterConfig config;
+  config.extra = metrics_toml();
+  return World(name, config);
+}
+
+TEST(MetricsAbuse, AHeaderBombIsCutAtTheHeadLimitAndTheArbiterStaysSmall) {
+  World world = abuse_world("metrics-header-bomb");
+  world.start_arbiter();
+  const std::string address = metrics_address(world);
+  ASSERT_FALSE(address.empty()) << world.arbiter_log();
+  ASSERT_TRUE(healthz(address).first);
+  const pid_t arbiter = world.arbiter_pid();
+  const uint64_t before = rss_kib(arbiter);
+
+  // One request whose header block never ends: up to 48 MiB of header lines.
+  const int fd = connect_tcp(address);
+  ASSERT_GE(fd, 0);
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  std::string chunk = "GET /metrics HTTP/1.1\r\n";
+  while (chunk.size() < 64 * 1024) chunk += "X-Bomb: " + std::string(100, 'a') + "\r\n";
+  size_t sent = 0;
+  while (sent < (48u << 20)) {
+    const ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+    if (n <= 0) break;
+    sent += static_cast<size_t>(n);
+  }
+  std::string answer;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) answer.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_LT(sent, 32u << 20) << "the endpoint kept reading an endless header block";
+  if (!answer.empty()) {
+    EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+  }
+  // Many short header lines within the byte limit are refused too.
+  std::string many = "GET /metrics HTTP/1.1\r\n";
+  for (int i = 0; i < 200; ++i) many += "a: b\r\n";
+  many += "\r\n";
+  const int fd2 = connect_tcp(address);
+  ASSERT_GE(fd2, 0);
+  ASSERT_EQ(write(fd2, many.data(), many.size()), static_cast<ssize_t>(many.size()));
+  answer.clear();
+  while ((n = read(fd2, buf, sizeof buf)) > 0) answer.append(buf, static_cast<size_t>(n));
+  close(fd2);
+  EXPECT_EQ(answer.rfind("HTTP/1.1 431", 0), 0u) << answer.substr(0, 200);
+
+  const uint64_t after = rss_kib(arbiter);
+  EXPECT_LT(after, before + 16 * 1024) << "the arbiter grew from " << before << " KiB to " << after << " KiB";
+  EXPECT_TRUE(healthz(address).first);
+  EXPECT_EQ(http_get(address, "/metrics").status, 200);
+}
+
+TEST(MetricsAbuse, SlowlorisConnectionsNeverStarveHealthzAndAreClosedAtTheHeadDeadline) {
+  World world = abuse_world("metrics-slowloris");
+  world.start_arbiter();
+  const std::string address = metrics_address(world);
+  ASSERT_FALSE(address.empty()) << world.arbiter_log();
+  // More stalled request heads than the endpoint holds connections.
+  std::vector<int> stalled;
+  const std::string partial = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  for (int i = 0; i < 200; ++i) {
+    const int fd = connect_tcp(address);
+    if (fd < 0) break;
+    if (write(fd, partial.data(), partial.size()) != static_cast<ssize_t>(partial.size())) {
+      close(fd);
+      break;
+    }
+    stalled.push_back(fd);
+  }
+  ASSERT_GE(stalled.size(), 100u);
+  uint64_t slowest = 0;
+  for (int i = 0; i < 10; ++i) {
+    const auto [ok, ns] = healthz(address);
+    EXPECT_TRUE(ok) << "probe " << i;
+    slowest = std::max(slowest, ns);
+  }
+  EXPECT_LT(slowest, 2'000'000'000u) << "/healthz waited behind stalled clients";
+  EXPECT_EQ(http_get(address, "/metrics").status, 200);
+  // Past the head deadline (3 s) every stalled connection has been closed by the endpoint.
+  sleep_ms(4000);
+  size_t closed = 0;
+  for (int fd : stalled) {
+    timeval tv{0, 200000};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    char c;
+    if (read(fd, &c, 1) <= 0 && errno != EAGAIN && errno != EWOULDBLOCK) ++closed;
+    close(fd);
+  }
+  EXPECT_EQ(closed, stalled.size()) << "connections that never finished their head stayed open";
+}
+
+TEST(MetricsAbuse, AConnectionFloodHoldsBoundedDescriptorsAndMemory) {
+  World world = abuse_world("metrics-flood");
+  world.start_arbiter();
+  const std::string address = metrics_address(world);
+  ASSERT_FALSE(address.empty()) << world.arbiter_log();
+  const pid_t arbiter = world.arbiter_pid();
+  sleep_ms(200);
+  const size_t fds_before = open_descriptors(arbiter);
+  const uint64_t rss_before = rss_kib(arbiter);
+  std::vector<int> idle;
+  for (int i = 0; i < 600; ++i) {
+    const int fd = connect_tcp(address);
+    if (fd < 0) break;
+    idle.push_back(fd);
+  }
+  ASSERT_GE(idle.size(), 300u);
+  sleep_ms(300);
+  const size_t fds_during = open_descriptors(arbiter);
+  EXPECT_LE(fds_during, fds_before + 64 + 4) << "the endpoint holds a descriptor per flooding connection";
+  const auto [ok, ns] = healthz(address);
+  EXPECT_TRUE(ok);
+  EXPECT_LT(ns, 2'000'000'000u);
+  EXPECT_EQ(http_get(address, "/metrics").status, 200);
+  EXPECT_LT(rss_kib(arbiter), rss_before + 16 * 1024);
+  for (int fd : idle) close(fd);
 }
 
 // `quantactl top` in a real terminal (tmux): it refreshes, shows every pod, a pod name
