@@ -5,6 +5,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -147,6 +148,54 @@ class Reader {
     return *t;
   }
 
+  // [bounds] or [namespace."NAME"]: what pods' annotations may ask for; unset keys keep
+  // what `bounds` held (the built-in bounds, or [bounds] for a namespace).
+  void bounds_table(const toml::table& table, const std::string& section, PolicyBounds* bounds) const {
+    check_keys(table, "[" + section + "]",
+               {"max_weight", "priorities", "max_min_share", "namespace_min_share", "memory_limit",
+                "max_memory_limit"});
+    for (auto&& [k, v] : table) {
+      const std::string key = section + "." + std::string(k.str());
+      std::string text;
+      common::ParseError err;
+      if (k == "max_weight") {
+        if (!value_text(v, &text) || !common::parse_weight(text, &bounds->max_weight, &err))
+          fail(v, key, "use a whole number from 1 to 1000");
+      } else if (k == "priorities") {
+        const char* usage = "use a list of \"interactive\", \"batch\" and \"best-effort\"";
+        auto arr = v.as_array();
+        if (arr == nullptr) fail(v, key, usage);
+        bounds->priorities = 0;
+        for (auto&& e : *arr) {
+          common::Priority p;
+          if (!e.is_string() || !value_text(e, &text) || !common::parse_priority(text, &p, &err))
+            fail(e, key, usage);
+          bounds->priorities |= 1u << static_cast<uint32_t>(p);
+        }
+      } else if (k == "max_min_share" || k == "namespace_min_share") {
+        uint32_t* out = k == "max_min_share" ? &bounds->max_min_share_ppm : &bounds->namespace_min_share_ppm;
+        if (!value_text(v, &text)) fail(v, key, "use a share (\"50%\", 0.5) or 0");
+        if (text == "0" || text == "0%" || text == "none") {
+          *out = 0;
+        } else if (!common::parse_share(text, out, &err)) {
+          fail(v, key, std::string(err.text) + " (or 0 for none)");
+        }
+      } else if (k == "memory_limit") {
+        text = string_value(v, key);
+        if (text != "optional" && text != "required")
+          fail(v, key, "use \"required\" (every pod gets a cap) or \"optional\"");
+        bounds->memory_limit_required = text == "required";
+      } else if (k == "max_memory_limit") {
+        if (!value_text(v, &text)) fail(v, key, "use bytes with a suffix (\"40Gi\"), or \"none\"");
+        if (text == "0" || text == "none") {
+          bounds->max_memory_limit = 0;
+        } else if (!common::parse_bytes(text, &bounds->max_memory_limit, &err)) {
+          fail(v, key, std::string(err.text) + " (or \"none\")");
+        }
+      }
+    }
+  }
+
  private:
   std::string source_;
 };
@@ -191,6 +240,11 @@ std::vector<FitProbe> MetricsConfig::default_fit_probes() {
 common::Policy NodeConfig::policy_for(const std::string& pod) const {
   auto it = pods.find(pod);
   return it == pods.end() ? defaults : it->second;
+}
+
+const PolicyBounds& NodeConfig::bounds_for(std::string_view ns) const {
+  auto it = namespace_bounds.find(ns);
+  return it == namespace_bounds.end() ? bounds : it->second;
 }
 
 std::string apply_policy_value(common::Policy* policy, const std::string& annotated_key,
@@ -245,6 +299,66 @@ std::string policy_error(const common::Policy& policy) {
            ": a pod cannot be promised more than its own ceiling (lower min-share or raise "
            "max-share)";
   }
+  return "";
+}
+
+namespace {
+
+std::string bytes_text(uint64_t bytes) {
+  char buf[32];
+  if (bytes % (1ull << 30) == 0) {
+    std::snprintf(buf, sizeof(buf), "%lluGi", static_cast<unsigned long long>(bytes >> 30));
+  } else if (bytes % (1ull << 20) == 0) {
+    std::snprintf(buf, sizeof(buf), "%lluMi", static_cast<unsigned long long>(bytes >> 20));
+  } else {
+    std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(bytes));
+  }
+  return buf;
+}
+
+std::string priorities_text(uint32_t bits) {
+  std::string out;
+  for (common::Priority p : {common::Priority::kInteractive, common::Priority::kBatch,
+                             common::Priority::kBestEffort}) {
+    if ((bits >> static_cast<uint32_t>(p)) & 1u) out += (out.empty() ? "" : ", ") + std::string(common::priority_name(p));
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace
+
+std::string bounds_error(const PolicyBounds& b, const std::string& where, const common::Policy& p,
+                         const std::map<std::string, std::string>& asked) {
+  // The annotation that asked (either spelling), or the node's default that applies.
+  auto said = [&asked](const char* dashed, const char* underscored) -> std::string {
+    auto it = asked.find(dashed);
+    if (it == asked.end()) it = asked.find(underscored);
+    if (it == asked.end()) return "";
+    return "annotation quanta.dev/" + std::string(dashed) + " = \"" + printable(it->second) + "\"";
+  };
+  auto refused = [&](const char* dashed, const char* underscored, const std::string& allowed) {
+    std::string what = said(dashed, underscored);
+    if (what.empty()) what = std::string("no quanta.dev/") + dashed + " annotation (the node's default)";
+    return what + " is beyond the node's bounds: " + where + " allows " + allowed;
+  };
+  if (p.weight > b.max_weight)
+    return refused("weight", "weight", "weight 1 to " + std::to_string(b.max_weight));
+  if (!b.allows(p.priority))
+    return refused("priority", "priority", "priority " + priorities_text(b.priorities));
+  if (p.min_share_ppm > b.max_min_share_ppm)
+    return refused("min-share", "min_share",
+                   b.max_min_share_ppm == 0 ? std::string("no min-share")
+                                            : "min-share up to " + share_text(b.max_min_share_ppm));
+  if (p.min_share_ppm > b.namespace_min_share_ppm)
+    return refused("min-share", "min_share",
+                   "min-share up to " + share_text(b.namespace_min_share_ppm) + " per namespace and GPU");
+  const std::string ceiling =
+      b.max_memory_limit ? " up to " + bytes_text(b.max_memory_limit) : std::string();
+  if ((b.memory_limit_required || b.max_memory_limit != 0) && p.memory_limit == 0)
+    return refused("memory-limit", "memory_limit",
+                   "no pod without a cap: every pod needs a memory-limit" + ceiling);
+  if (b.max_memory_limit != 0 && p.memory_limit > b.max_memory_limit)
+    return refused("memory-limit", "memory_limit", "memory-limit" + ceiling);
   return "";
 }
 
@@ -410,7 +524,8 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
   NodeConfig cfg;
   cfg.source = source_name;
   r.check_keys(root, "the top level",
-               {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod"});
+               {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod", "bounds",
+                "namespace"});
 
   if (auto n = root.get("node")) {
     const toml::table& node = r.table_value(*n, "node");
@@ -603,6 +718,37 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
   if (auto n = root.get("defaults")) {
     r.policy_table(r.table_value(*n, "defaults"), "defaults", &cfg.defaults);
   }
+
+  if (auto n = root.get("bounds")) r.bounds_table(r.table_value(*n, "bounds"), "bounds", &cfg.bounds);
+  if (auto n = root.get("namespace")) {
+    const toml::table& spaces = r.table_value(*n, "namespace");
+    for (auto&& [k, v] : spaces) {
+      const std::string name(k.str());
+      const std::string section = "namespace.\"" + printable(name) + "\"";
+      bool ok = !name.empty() && name.size() <= 63;
+      for (unsigned char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+      if (!ok) r.fail(v, section, "a namespace name is 1 to 63 lowercase letters, digits or '-'");
+      PolicyBounds b = cfg.bounds;
+      r.bounds_table(r.table_value(v, section), section, &b);
+      cfg.namespace_bounds[name] = b;
+    }
+  }
+  // Every pod that asks for nothing gets [defaults]: each bounds table must allow them.
+  auto check_defaults = [&](const PolicyBounds& b, const std::string& section) {
+    std::string err;
+    if (cfg.defaults.weight > b.max_weight) err = "weight " + std::to_string(cfg.defaults.weight);
+    else if (!b.allows(cfg.defaults.priority)) err = std::string("priority ") + common::priority_name(cfg.defaults.priority);
+    else if (cfg.defaults.min_share_ppm > std::min(b.max_min_share_ppm, b.namespace_min_share_ppm))
+      err = "min_share " + share_text(cfg.defaults.min_share_ppm);
+    else if (b.max_memory_limit != 0 && cfg.defaults.memory_limit > b.max_memory_limit)
+      err = "memory_limit above the ceiling";
+    if (!err.empty())
+      throw ConfigError(source_name + ": [defaults] " + err + " is beyond [" + section +
+                        "]: every pod without that annotation would be refused; lower the default "
+                        "or widen the bounds");
+  };
+  check_defaults(cfg.bounds, "bounds");
+  for (const auto& [name, b] : cfg.namespace_bounds) check_defaults(b, "namespace.\"" + name + "\"");
 
   if (auto n = root.get("pod")) {
     const toml::table& pods = r.table_value(*n, "pod");

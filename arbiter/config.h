@@ -7,6 +7,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "arbiter/capacity.h"
@@ -59,6 +60,20 @@ struct HookConfig {
   uint64_t timeout_ns = 5'000'000'000;
 };
 
+// What a pod's annotations may ask for ([bounds], and per namespace [namespace."NAME"]):
+// pods choose their own annotations, so the node says how far they may go. Checked at
+// registration, before `quantactl set` overrides (the node's own word is not bounded).
+struct PolicyBounds {
+  uint32_t max_weight = common::kMaxWeight;
+  uint32_t priorities = 0b111;  // bit (1 << Priority) set: that priority may be asked for
+  uint32_t max_min_share_ppm = common::kShareScale;        // one pod's min-share
+  uint32_t namespace_min_share_ppm = common::kShareScale;  // a namespace's pods on one GPU
+  bool memory_limit_required = false;  // every pod ends with a cap (its own or [defaults])
+  uint64_t max_memory_limit = 0;       // a ceiling on a pod's cap; 0 = none (then "none" is refused)
+
+  bool allows(common::Priority p) const { return (priorities >> static_cast<uint32_t>(p)) & 1u; }
+};
+
 struct MetricsConfig {
   std::string listen;  // "HOST:PORT" of the Prometheus endpoint; "" = not served
   // Pod sizes the capacity metrics count room for (quanta_gpu_pods_fit, quanta_node_pods_fit).
@@ -88,9 +103,13 @@ struct NodeConfig {
   MetricsConfig metrics;
   common::Policy defaults;
   std::map<std::string, common::Policy, std::less<>> pods;  // [pod."NAME"], defaults applied
+  PolicyBounds bounds;  // [bounds]: every namespace without a table of its own
+  std::map<std::string, PolicyBounds, std::less<>> namespace_bounds;  // [namespace."NAME"]
 
   // The policy of a pod named in the config, or the defaults.
   common::Policy policy_for(const std::string& pod) const;
+  // The bounds of a namespace ("" for pods outside Kubernetes).
+  const PolicyBounds& bounds_for(std::string_view ns) const;
 };
 
 class ConfigError : public std::runtime_error {
@@ -114,5 +133,12 @@ std::string apply_policy_value(common::Policy* policy, const std::string& key,
 // What is wrong with a whole policy once every key is applied ("" when nothing): a
 // minimum share above the pod's own ceiling.
 std::string policy_error(const common::Policy& policy);
+
+// Whether `policy` (the defaults with the pod's annotations `asked` applied) stays within
+// `bounds`; "" or one line naming the annotation, its value, what the bounds allow and
+// where they are set (`where`: "[bounds]" or "[namespace.\"NAME\"]").
+std::string bounds_error(const PolicyBounds& bounds, const std::string& where,
+                         const common::Policy& policy,
+                         const std::map<std::string, std::string>& asked);
 
 }  // namespace quanta::arbiter

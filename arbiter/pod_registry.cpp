@@ -81,12 +81,19 @@ std::string PodRegistry::register_container(const Registration& r) {
     err = apply_policy_value(&p, k, v);
     if (!err.empty()) return "container " + printable(r.container_id) + ": " + err;
   }
+  // What the pod asked for against its namespace's bounds; the operator's own overrides
+  // (`quantactl set`, below) are not bounded.
+  const std::string ns = namespace_of(key);
+  const bool own_table = config_.namespace_bounds.count(ns) != 0;
+  // (quanta-hook names the container and pod before the line it shows.)
+  err = bounds_error(config_.bounds_for(ns), own_table ? "[namespace.\"" + ns + "\"]" : "[bounds]", p, r.policy);
+  if (!err.empty()) return err;
   auto overridden = overrides_.find(r.pod_key());
   if (overridden != overrides_.end()) {
     for (const auto& [k, v] : overridden->second) apply_policy_value(&p, k, v);
   }
   err = policy_error(p);
-  if (err.empty()) err = check_minimums(r.pod_key(), p, r.devices);
+  if (err.empty()) err = check_minimums(r.pod_key(), p, r.devices, overridden == overrides_.end());
   if (!err.empty())
     return "container " + printable(r.container_id) + " of pod " + r.pod_key() + ": " + err;
   registrations_[r.container_id] = r;
@@ -112,7 +119,7 @@ bool can_share(const std::vector<std::string>& a, const std::vector<std::string>
 }  // namespace
 
 std::string PodRegistry::check_minimums(const std::string& pod_key, const common::Policy& policy,
-                                        const std::vector<std::string>& devices) const {
+                                        const std::vector<std::string>& devices, bool bounded) const {
   if (policy.min_share_ppm == 0) return "";
   // Every other pod that could run on a GPU this one may use, with its devices (the union
   // of its containers' lists; a pod with no list, or none registered, may use any GPU).
@@ -130,21 +137,37 @@ std::string PodRegistry::check_minimums(const std::string& pod_key, const common
       anywhere[pod.key] = true;
     }
   }
-  uint64_t promised = policy.min_share_ppm;
-  std::string who;
+  // The refusal says what was refused and the room left, never which pods hold the rest:
+  // it lands in the refused pod's own events.
+  const std::string ns = namespace_of(pod_key);
+  const uint32_t ns_cap = config_.bounds_for(ns).namespace_min_share_ppm;
+  uint64_t promised = 0, promised_in_ns = 0;
   for (auto& [key, list] : others) {
     if (anywhere[key]) list.clear();
     const uint32_t min = resolve_policy(key).min_share_ppm;
     if (min == 0 || !can_share(list, devices)) continue;
     promised += min;
-    who += (who.empty() ? "" : ", ") + key + " " + share_text(min);
+    if (namespace_of(key) == ns) promised_in_ns += min;
   }
-  if (promised <= common::kShareScale) return "";
-  return "min-share " + share_text(policy.min_share_ppm) +
-         " would promise more than a whole GPU: pods that can share a GPU with it are already "
-         "promised " +
-         share_text(promised - policy.min_share_ppm) + " (" + who +
-         "), and the minimums on a GPU must add up to at most 1";
+  if (promised + policy.min_share_ppm > common::kShareScale)
+    return "min-share " + share_text(policy.min_share_ppm) +
+           " is refused: pods that can share a GPU with it are already promised " +
+           share_text(promised) + " of it, so at most " +
+           share_text(common::kShareScale - std::min<uint64_t>(promised, common::kShareScale)) +
+           " is left (the minimums on a GPU add up to at most 1)";
+  if (bounded && promised_in_ns + policy.min_share_ppm > ns_cap)
+    return "min-share " + share_text(policy.min_share_ppm) + " is refused: pods of namespace " +
+           (ns.empty() ? std::string("(none)") : ns) + " that can share a GPU with it are already promised " +
+           share_text(promised_in_ns) + ", and the node allows a namespace " + share_text(ns_cap) +
+           " of a GPU (namespace_min_share), so at most " +
+           share_text(ns_cap - std::min<uint64_t>(promised_in_ns, ns_cap)) + " is left";
+  return "";
+}
+
+std::string namespace_of(const std::string& pod_key) {
+  if (pod_key.rfind("uid:", 0) == 0) return "";
+  const size_t slash = pod_key.find('/');
+  return slash == std::string::npos ? "" : pod_key.substr(0, slash);
 }
 
 bool cgroup_exists(const std::string& path) {
@@ -203,7 +226,7 @@ std::string PodRegistry::set_override(const std::string& pod_key,
       devices.insert(devices.end(), r.devices.begin(), r.devices.end());
     }
     if (!registered || any_gpu) devices.clear();
-    err = check_minimums(pod_key, probe, devices);
+    err = check_minimums(pod_key, probe, devices, /*bounded=*/false);
   }
   if (!err.empty()) return "pod " + pod_key + ": " + err;
   for (const auto& [k, v] : values) {

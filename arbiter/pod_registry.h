@@ -45,6 +45,10 @@ struct Pod {
 // cannot see counts as alive, so nothing is dropped on a guess.
 bool cgroup_exists(const std::string& path);
 
+// The namespace of a pod key ("ns/name"); "" for pods outside Kubernetes ("uid:…", names
+// without a namespace).
+std::string namespace_of(const std::string& pod_key);
+
 class PodRegistry {
  public:
   // Bounds on pods (each costs a region of sizeof(common::PodRegion) bytes).
@@ -73,9 +77,11 @@ class PodRegistry {
 
   // Whether `pod_key` may have `policy` on `devices` (empty: any GPU) beside the pods
   // already known (registered, or with processes now): "" or why not. Minimum shares are
-  // promises: those of pods that can use the same GPU must add up to at most the GPU.
+  // promises: those of pods that can use the same GPU must add up to at most the GPU, and
+  // when `bounded` (a pod's own annotations, not `quantactl set`) those of one namespace to
+  // at most its namespace_min_share.
   std::string check_minimums(const std::string& pod_key, const common::Policy& policy,
-                             const std::vector<std::string>& devices) const;
+                             const std::vector<std::string>& devices, bool bounded = true) const;
 
   // Pods with regions.
   // The pod named `key`, its region created if it has none. `claimed_from` is the

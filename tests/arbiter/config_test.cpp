@@ -410,5 +410,73 @@ TEST(Config, HookTimeoutParsesAndIsBounded) {
   EXPECT_NE(e.find("allowed keys are timeout"), std::string::npos) << e;
 }
 
+// --- what pods may ask for -------------------------------------------------------------------
+
+TEST(ConfigBounds, BoundsAndNamespaceTablesAreReadAndNamespacesInheritTheNodes) {
+  NodeConfig c = parse_config(
+      "[bounds]\nmax_weight = 10\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = \"20%\"\n"
+      "namespace_min_share = \"40%\"\nmemory_limit = \"required\"\nmax_memory_limit = \"40Gi\"\n"
+      "[namespace.\"ml-prod\"]\nmax_weight = 100\npriorities = [\"interactive\", \"batch\"]\n",
+      "b.toml");
+  EXPECT_EQ(c.bounds.max_weight, 10u);
+  EXPECT_FALSE(c.bounds.allows(common::Priority::kInteractive));
+  EXPECT_TRUE(c.bounds.allows(common::Priority::kBestEffort));
+  EXPECT_EQ(c.bounds.max_min_share_ppm, 200'000u);
+  EXPECT_EQ(c.bounds.namespace_min_share_ppm, 400'000u);
+  EXPECT_TRUE(c.bounds.memory_limit_required);
+  EXPECT_EQ(c.bounds.max_memory_limit, 40ull << 30);
+  const PolicyBounds& ml = c.bounds_for("ml-prod");
+  EXPECT_EQ(ml.max_weight, 100u);
+  EXPECT_TRUE(ml.allows(common::Priority::kInteractive));
+  EXPECT_FALSE(ml.allows(common::Priority::kBestEffort));
+  EXPECT_EQ(ml.max_memory_limit, 40ull << 30) << "unset keys come from [bounds]";
+  EXPECT_EQ(&c.bounds_for("other"), &c.bounds);
+}
+
+TEST(ConfigBounds, BadBoundsAndDefaultsOutsideThemAreRefused) {
+  EXPECT_NE(refusal("[bounds]\nmax_weight = 0\n").find("bounds.max_weight"), std::string::npos);
+  EXPECT_NE(refusal("[bounds]\npriorities = [\"urgent\"]\n").find("bounds.priorities"), std::string::npos);
+  EXPECT_NE(refusal("[bounds]\nmemory_limit = \"maybe\"\n").find("use \"required\""), std::string::npos);
+  EXPECT_NE(refusal("[namespace.\"Bad_Name\"]\nmax_weight = 2\n").find("lowercase"), std::string::npos);
+  EXPECT_NE(refusal("[bounds]\nfoo = 1\n").find("allowed keys are max_weight"), std::string::npos);
+  const std::string e = refusal("[defaults]\nweight = 5\n[namespace.\"a\"]\nmax_weight = 2\n");
+  EXPECT_NE(e.find("[defaults] weight 5 is beyond [namespace.\"a\"]"), std::string::npos) << e;
+}
+
+TEST(ConfigBounds, APolicyBeyondItsBoundsNamesTheAnnotationValueAndWhatIsAllowed) {
+  PolicyBounds b;
+  b.max_weight = 10;
+  b.priorities = 1u << static_cast<uint32_t>(common::Priority::kBatch);
+  b.max_min_share_ppm = 200'000;
+  b.max_memory_limit = 8ull << 30;
+  common::Policy p;
+  p.memory_limit = 1ull << 30;
+  EXPECT_EQ(bounds_error(b, "[bounds]", p, {}), "");
+  common::Policy heavy = p;
+  heavy.weight = 1000;
+  EXPECT_EQ(bounds_error(b, "[bounds]", heavy, {{"weight", "1000"}}),
+            "annotation quanta.dev/weight = \"1000\" is beyond the node's bounds: [bounds] allows weight 1 to 10");
+  common::Policy urgent = p;
+  urgent.priority = common::Priority::kInteractive;
+  EXPECT_NE(bounds_error(b, "[namespace.\"t\"]", urgent, {{"priority", "interactive"}}).find("allows priority batch"),
+            std::string::npos);
+  common::Policy greedy = p;
+  greedy.min_share_ppm = common::kShareScale;
+  EXPECT_NE(bounds_error(b, "[bounds]", greedy, {{"min-share", "100%"}}).find("min-share up to 0.2"), std::string::npos);
+  common::Policy uncapped = p;
+  uncapped.memory_limit = 0;
+  EXPECT_NE(bounds_error(b, "[bounds]", uncapped, {{"memory-limit", "none"}})
+                .find("annotation quanta.dev/memory-limit = \"none\" is beyond"),
+            std::string::npos)
+      << "memory-limit: none cannot escape a ceiling";
+  common::Policy big = p;
+  big.memory_limit = 80ull << 30;
+  EXPECT_NE(bounds_error(b, "[bounds]", big, {{"memory-limit", "80Gi"}}).find("memory-limit up to 8Gi"), std::string::npos);
+  PolicyBounds required;
+  required.memory_limit_required = true;
+  EXPECT_NE(bounds_error(required, "[bounds]", common::Policy{}, {}).find("no quanta.dev/memory-limit annotation"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace quanta::arbiter

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -122,6 +123,71 @@ TEST_F(PodRegistryState, ARegistrationWhoseCgroupIsGoneYieldsToTheRecreatedPod) 
   EXPECT_EQ(pods_.register_container({"new-c", "uid-new", "db-0", "prod", "pg", "/kubepods/pod-new/c", {}, {}}), "");
   EXPECT_EQ(pods_.registrations().count("old-c"), 0u) << "the ended pod's registration is dropped";
   EXPECT_EQ(pods_.registrations().count("new-c"), 1u);
+}
+
+// A pod's annotations against the node's bounds: the shape of the attack was weight 1000,
+// interactive, min-share 100% and memory-limit none, which took 96% of a GPU.
+class PodRegistryBounds : public ::testing::Test {
+ protected:
+  PodRegistryBounds() {
+    config_.defaults.memory_limit = 4ull << 30;
+    config_.bounds.max_weight = 10;
+    config_.bounds.priorities = (1u << static_cast<uint32_t>(common::Priority::kBatch)) |
+                                (1u << static_cast<uint32_t>(common::Priority::kBestEffort));
+    config_.bounds.max_min_share_ppm = 300'000;
+    config_.bounds.namespace_min_share_ppm = 400'000;
+    config_.bounds.memory_limit_required = true;
+    config_.bounds.max_memory_limit = 16ull << 30;
+    PolicyBounds trusted = config_.bounds;
+    trusted.max_weight = 1000;
+    trusted.priorities = 0b111;
+    config_.namespace_bounds["trusted"] = trusted;
+    pods_.probe_cgroups_with([](const std::string&) { return true; });
+  }
+  Registration reg(const std::string& id, const std::string& ns, const std::string& pod,
+                   std::map<std::string, std::string> policy) {
+    return Registration{id, "uid-" + pod, pod, ns, "c", "/kubepods/" + pod + "/" + id, {}, std::move(policy)};
+  }
+  NodeConfig config_;
+  PodRegistry pods_{config_};
+};
+
+TEST_F(PodRegistryBounds, EachSelfGrantedValueBeyondItsNamespacesBoundsIsRefusedWithOneLine) {
+  for (const auto& [policy, expected] :
+       std::vector<std::pair<std::map<std::string, std::string>, std::string>>{
+           {{{"weight", "1000"}}, "allows weight 1 to 10"},
+           {{{"priority", "interactive"}}, "allows priority batch, best-effort"},
+           {{{"min-share", "100%"}}, "allows min-share up to 0.3"},
+           {{{"memory-limit", "none"}}, "every pod needs a memory-limit"},
+           {{{"memory-limit", "64Gi"}}, "memory-limit up to 16Gi"}}) {
+    const std::string err = pods_.register_container(reg("c-" + policy.begin()->first, "team-a", "greedy", policy));
+    EXPECT_NE(err.find(expected), std::string::npos) << err;
+    EXPECT_NE(err.find("annotation quanta.dev/" + policy.begin()->first), std::string::npos) << err;
+    EXPECT_NE(err.find("[bounds]"), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos);
+  }
+  EXPECT_TRUE(pods_.registrations().empty());
+  // Within bounds, and in a namespace whose table allows more.
+  EXPECT_EQ(pods_.register_container(reg("ok", "team-a", "fair", {{"weight", "4"}})), "");
+  EXPECT_EQ(pods_.register_container(reg("vip", "trusted", "vip", {{"weight", "1000"}, {"priority", "interactive"}})), "");
+  const std::string err = pods_.register_container(reg("no", "trusted", "vip2", {{"memory-limit", "none"}}));
+  EXPECT_NE(err.find("[namespace.\"trusted\"]"), std::string::npos) << err;
+}
+
+TEST_F(PodRegistryBounds, ANamespacesMinimumsAreCappedAndARefusalNamesNoOtherPod) {
+  ASSERT_EQ(pods_.register_container(reg("a", "team-a", "first", {{"min-share", "30%"}})), "");
+  const std::string err = pods_.register_container(reg("b", "team-a", "second", {{"min-share", "20%"}}));
+  EXPECT_NE(err.find("namespace_min_share"), std::string::npos) << err;
+  EXPECT_NE(err.find("at most 0.1 is left"), std::string::npos) << err;
+  EXPECT_EQ(err.find("first"), std::string::npos) << "the refusal names another pod: " << err;
+  // Another namespace has room of its own.
+  EXPECT_EQ(pods_.register_container(reg("c", "team-b", "third", {{"min-share", "30%"}})), "");
+  // The whole GPU: 0.6 promised, 0.3 more from team-c fits, 0.2 more does not.
+  EXPECT_EQ(pods_.register_container(reg("d", "team-c", "fourth", {{"min-share", "30%"}})), "");
+  const std::string full = pods_.register_container(reg("e", "team-d", "fifth", {{"min-share", "20%"}}));
+  EXPECT_NE(full.find("at most 0.1 is left"), std::string::npos) << full;
+  EXPECT_EQ(full.find("third"), std::string::npos) << full;
+  EXPECT_EQ(full.find("team-b"), std::string::npos) << full;
 }
 
 TEST(CgroupExists, OnlyAVisibleHierarchyWithoutTheCgroupMeansGone) {

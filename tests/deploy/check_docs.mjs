@@ -48,7 +48,7 @@ function acceptedKeys() {
   const sections = new Map();
   sections.set("", probe("quanta_doc_probe = 1\n"));
   for (const s of sections.get("")) {
-    if (s === "pod") sections.set("pod", probe('[pod."probe"]\nquanta_doc_probe = 1\n'));
+    if (s === "pod" || s === "namespace") sections.set(s, probe(`[${s}."probe"]\nquanta_doc_probe = 1\n`));
     else sections.set(s, probe(`[${s}]\nquanta_doc_probe = 1\n`));
   }
   return sections;
@@ -57,8 +57,8 @@ function acceptedKeys() {
 if (mode === "config") {
   const accepted = acceptedKeys();
   report.check(accepted.get("").length >= 5, `the parser's sections: ${accepted.get("").join(", ")}`);
-  // config/quanta.toml, key by key: `key = ...` or `# key = ...` under `[section]` or
-  // `# [pod."NAME"]`.
+  // config/quanta.toml, key by key: `key = ...` or `# key = ...` under `[section]`,
+  // `# [pod."NAME"]` or `# [namespace."NAME"]`.
   const documented = new Map();
   let section = "";
   for (const line of text(path.join(root, "config/quanta.toml")).split("\n")) {
@@ -132,7 +132,8 @@ if (mode === "annotations") {
     // Lines that quote a refusal of an unknown key show that key on purpose.
     const body = text(f).split("\n").filter((l) => !l.includes("unknown policy key")).join("\n");
     for (const m of body.matchAll(/quanta\.dev\/([a-z][a-z-]*)/g)) {
-      if (m[1] === "gpu") continue;
+      // quanta.dev/trusted is a namespace label (deploy/admission/), not a pod annotation.
+      if (m[1] === "gpu" || m[1] === "trusted") continue;
       report.check(accepted.has(m[1]), `${relp(f)} uses quanta.dev/${m[1]}, which ${source} ${accepted.has(m[1]) ? "accepts" : "does not accept"}`);
     }
     if (!f.includes(`${path.sep}docs${path.sep}`)) continue;

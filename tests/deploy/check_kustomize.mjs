@@ -8,7 +8,7 @@ import YAML from "yaml";
 import { Report, assemble, podContainers, podSpec, rel, root, run, splitImage } from "./lib.mjs";
 
 const report = new Report("kustomize base");
-for (const dir of ["deploy", "deploy/node", "deploy/monitoring"]) {
+for (const dir of ["deploy", "deploy/node", "deploy/monitoring", "deploy/admission"]) {
   const { objects, errors } = assemble(path.join(root, dir));
   for (const e of errors) report.fail(e);
   report.check(objects.length > 0, `${dir} assembles into ${objects.length} objects`);

@@ -54,7 +54,11 @@ class HostileImageTest : public ::testing::TestWithParam<Runtime> {
     c.allow_unregistered = false;
     c.quantum = "10ms";
     c.sockets_in_run_dir = true;
-    c.extra = "[shim]\ncontext_overhead = \"0\"\n[hook]\ntimeout = \"2s\"\n";
+    // The bounds deploy/node/node-config.yaml ships.
+    c.extra =
+        "[shim]\ncontext_overhead = \"0\"\n[hook]\ntimeout = \"2s\"\n"
+        "[bounds]\nmax_weight = 100\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = \"25%\"\n"
+        "namespace_min_share = \"50%\"\nmemory_limit = \"required\"\n";
     world_ = std::make_unique<World>(test_name(), c);
     world_->start_arbiter();
     install_ = install_as_node(*world_);
@@ -103,7 +107,7 @@ TEST_P(HostileImageTest, AnImagesLoaderVariablesNeverRunInTheHook) {
   fs::copy_file(QUANTA_HOSTILE_PRELOAD, containers_->rootfs() + "/evil.so", fs::copy_options::overwrite_existing);
   ContainerSpec c;
   c.id = id_for("loader", GetParam());
-  c.annotations = {{"quanta.dev/weight", "2"}};
+  c.annotations = {{"quanta.dev/weight", "2"}, {"quanta.dev/memory-limit", "1Gi"}};
   c.env = {"LD_PRELOAD=/proc/self/cwd/evil.so", "LD_AUDIT=/proc/self/cwd/evil.so", "LD_LIBRARY_PATH=/proc/self/cwd",
            "GCONV_PATH=/proc/self/cwd", "GLIBC_TUNABLES=glibc.malloc.check=3", "HOSTILE_MARK=" + mark};
   c.args = {"/bin/quanta-tenant", "--json", "info"};
@@ -131,7 +135,7 @@ TEST_P(HostileImageTest, SymlinkedMountTargetsNeverReachHostPaths) {
   ASSERT_EQ(stat(host_file.c_str(), &before), 0);
   ContainerSpec c;
   c.id = id_for("symlinks", GetParam());
-  c.annotations = {{"quanta.dev/weight", "2"}};
+  c.annotations = {{"quanta.dev/weight", "2"}, {"quanta.dev/memory-limit", "1Gi"}};
   c.args = {"/bin/quanta-tenant", "--json", "info"};
   std::string said;
   const int code = run(c, &said);
@@ -168,7 +172,7 @@ TEST_P(HostileImageTest, ACrioPodClaimingAnotherPodStaysItselfAndCannotPassAsASa
   attacker.annotations["io.kubernetes.cri.sandbox-name"] = "victim";
   attacker.annotations["io.kubernetes.cri.sandbox-namespace"] = "team-b";
   attacker.annotations["io.kubernetes.cri.sandbox-uid"] = "uid-victim";
-  attacker.annotations["quanta.dev/weight"] = "1000";
+  attacker.annotations["quanta.dev/weight"] = "50";
   attacker.annotations["quanta.dev/memory-limit"] = "8Gi";
   attacker.args = {"/bin/quanta-tenant", "--json", "info"};
   std::string said;
@@ -196,6 +200,32 @@ TEST_P(HostileImageTest, ACrioPodClaimingAnotherPodStaysItselfAndCannotPassAsASa
   EXPECT_NE(said.find("one of them came from the pod"), std::string::npos) << said;
   v.signal(SIGKILL);
   containers_->kill(victim.id);
+}
+
+// A pod granting itself what the node does not allow (the shape that took 96% of a GPU):
+// each value is refused at creation with one line naming it, and nothing is registered.
+TEST_P(HostileImageTest, SelfGrantedPolicyBeyondTheNodesBoundsIsRefusedWithOneLine) {
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> asks = {
+      {{{"quanta.dev/weight", "1000"}, {"quanta.dev/memory-limit", "1Gi"}}, "annotation quanta.dev/weight = "},
+      {{{"quanta.dev/priority", "interactive"}, {"quanta.dev/memory-limit", "1Gi"}}, "annotation quanta.dev/priority = "},
+      {{{"quanta.dev/min-share", "100%"}, {"quanta.dev/memory-limit", "1Gi"}}, "annotation quanta.dev/min-share = "},
+      {{{"quanta.dev/memory-limit", "none"}}, "annotation quanta.dev/memory-limit = "},
+      {{{"quanta.dev/weight", "2"}}, "no quanta.dev/memory-limit annotation"}};
+  int n = 0;
+  for (const auto& [annotations, expected] : asks) {
+    ContainerSpec c;
+    c.id = id_for("greedy-" + std::to_string(n++), GetParam());
+    c.annotations = crio_pod("team-a", "greedy", "uid-greedy");
+    c.annotations.insert(annotations.begin(), annotations.end());
+    c.args = {"/bin/quanta-tenant", "--json", "info"};
+    std::string said;
+    EXPECT_NE(run(c, &said), 0) << "started with " << expected;
+    if (GetParam() == Runtime::kRunc || !said.empty()) {
+      EXPECT_NE(said.find(expected), std::string::npos) << said;
+      EXPECT_NE(said.find("beyond the node's bounds"), std::string::npos) << said;
+    }
+    EXPECT_TRUE(registration_of(c.id).is_null());
+  }
 }
 
 // Annotation values with bidirectional overrides and C1 controls: the refusal stays one line
