@@ -96,9 +96,16 @@ json Arbiter::register_container(const AdminRequest& request) {
 
 json Arbiter::unregister_container(const AdminRequest& request) {
   const std::string& id = request.container_id;
+  auto reg = pods_.registrations().find(id);
+  const std::string key = reg == pods_.registrations().end() ? "" : reg->second.pod_key();
   if (!pods_.unregister_container(id)) return error("no registered container " + printable(id));
   pods_.save_state();
   spdlog::info("unregistered container {}", printable(id));
+  // The pod's policy is what its remaining registrations (or the node's tables) say now.
+  if (Pod* p = pods_.find_key(key)) {
+    apply_policy(*p);
+    after_events();
+  }
   return json{{"ok", true}};
 }
 

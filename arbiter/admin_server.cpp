@@ -12,6 +12,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "arbiter/peer_identity.h"
 #include "arbiter/unix_socket.h"
 
 #ifndef SO_PASSRIGHTS
@@ -95,13 +96,18 @@ void AdminServer::on_accept() {
   for (;;) {
     int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
-    PeerCred cred = peer_cred(fd);
+    // The caller as a live process (a pidfd, as on the tenant socket), so the root checked
+    // below is the caller's own and not that of a process that got its pid after it left.
+    PeerIdentity peer;
+    std::string why;
     std::string refusal;
-    if (cred.uid != 0) {
-      refusal = "the admin socket serves root only (caller uid " + std::to_string(cred.uid) + ")";
-    } else if (!outside_containers(cred.pid)) {
+    if (!identify_peer(fd, /*allow_peer_pidfd=*/true, &peer, &why)) {
+      refusal = "the admin socket could not identify its caller: " + why;
+    } else if (peer.uid != 0) {
+      refusal = "the admin socket serves root only (caller uid " + std::to_string(peer.uid) + ")";
+    } else if (!outside_containers(peer.pid) || !peer_alive(peer)) {
       refusal = "the admin socket serves processes outside containers only (caller pid " +
-                std::to_string(cred.pid) + " has another root filesystem than the host's)";
+                std::to_string(peer.pid) + " has another root filesystem than the host's, or exited)";
     } else if (clients_.size() >= limits_.max_clients) {
       refusal = "too many admin clients (" + std::to_string(clients_.size()) + ")";
     }

@@ -131,6 +131,14 @@ Arbiter::Arbiter(NodeConfig config)
   tenants_ = std::make_unique<TenantServer>(loop_, *this, reaper_, tenant_log_,
                                             config_.tenant_socket, limits, peer_pidfd);
   admin_ = std::make_unique<AdminServer>(loop_, *this, reaper_, config_.admin_socket);
+  {
+    const std::string tenant_dir = config_.tenant_socket.substr(0, config_.tenant_socket.rfind('/') + 1);
+    if (config_.admin_socket.rfind(tenant_dir, 0) == 0)
+      spdlog::warn("[node] admin_socket {} is in the tenant socket's folder {}, which every GPU "
+                   "container mounts: containers see it (the socket refuses them); give it a "
+                   "folder of its own (\"/run/quanta-admin/admin.sock\")",
+                   config_.admin_socket, tenant_dir);
+  }
 
   loop_.set_next_deadline([this] { return shared_wakeup(); });
   loop_.add(heartbeat_timer_.fd(), [this](uint32_t) {

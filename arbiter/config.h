@@ -86,7 +86,8 @@ struct NodeConfig {
   std::string source;  // the file this came from ("" for built-in defaults)
   std::string scope = "quanta";
   std::string tenant_socket = "/run/quanta/tenant.sock";
-  std::string admin_socket = "/run/quanta/admin.sock";
+  // Not in the tenant socket's folder: that folder is mounted into every GPU container.
+  std::string admin_socket = "/run/quanta-admin/admin.sock";
   std::string state_dir = "/var/lib/quanta";
   bool allow_unregistered = false;
   std::vector<std::string> gpus;  // UUIDs to manage; empty = every device NVML reports

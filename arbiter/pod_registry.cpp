@@ -76,6 +76,20 @@ std::string PodRegistry::register_container(const Registration& r) {
                  printable(o.container_id), key, printable(o.cgroup_path), printable(r.pod_uid));
     it = registrations_.erase(it);
   }
+  // One pod, one policy: a runtime gives every container of a pod the pod's annotations,
+  // so another set of values for a live pod is refused rather than merged or ranked.
+  for (const auto& [id, o] : registrations_) {
+    if (id == r.container_id || o.pod_key() != key || o.policy == r.policy) continue;
+    auto text = [](const std::map<std::string, std::string>& m) {
+      std::string out;
+      for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k + "=" + printable(v);
+      return out.empty() ? std::string("no quanta.dev/* values") : out;
+    };
+    return "container " + printable(r.container_id) + " of pod " + key + " asks for " +
+           text(r.policy) + ", but the pod's running containers registered " + text(o.policy) +
+           ": the containers of one pod share one policy (change it for the whole pod with "
+           "quantactl set)";
+  }
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
     err = apply_policy_value(&p, k, v);

@@ -208,7 +208,7 @@ void print_table(const json& status) {
 int main(int argc, char** argv) {
   CLI::App app{"quantactl: inspect and steer quanta-arbiter"};
   const char* env_socket = std::getenv("QUANTA_ADMIN_SOCKET");
-  std::string socket_path = env_socket != nullptr ? env_socket : "/run/quanta/admin.sock";
+  std::string socket_path = env_socket != nullptr ? env_socket : "/run/quanta-admin/admin.sock";
   app.add_option("--admin-socket", socket_path,
                  "the arbiter's admin socket (env QUANTA_ADMIN_SOCKET)");
   app.require_subcommand(1);

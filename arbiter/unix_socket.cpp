@@ -63,18 +63,6 @@ UniqueFd connect_unix(const std::string& path, int type) {
   return fd;
 }
 
-PeerCred peer_cred(int fd) {
-  ucred cred{};
-  socklen_t len = sizeof(cred);
-  PeerCred out;
-  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    out.pid = cred.pid;
-    out.uid = cred.uid;
-    out.gid = cred.gid;
-  }
-  return out;
-}
-
 bool send_with_fds(int fd, const void* data, size_t len, const std::vector<int>& fds) {
   iovec iov{const_cast<void*>(data), len};
   msghdr msg{};

@@ -1,5 +1,6 @@
 // Unix-socket plumbing shared by the tenant and admin servers and quantactl: listening
-// sockets with a mode, peer credentials, and packets carrying descriptors (SCM_RIGHTS).
+// sockets with a mode, and packets carrying descriptors (SCM_RIGHTS); peers are identified
+// in peer_identity.h.
 #pragma once
 
 #include <sys/types.h>
@@ -11,12 +12,6 @@
 #include "arbiter/event_loop.h"
 
 namespace quanta::arbiter {
-
-struct PeerCred {
-  pid_t pid = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-};
 
 // Binds and listens on `path` (creating its folder), chmods it to `mode`. A stale socket
 // file is replaced; one another process still serves is an error.
@@ -31,7 +26,6 @@ struct PathIdentity {
   bool operator==(const PathIdentity&) const = default;
 };
 PathIdentity path_identity(const std::string& path);
-PeerCred peer_cred(int fd);
 // One packet with optional descriptors; false when the peer is gone.
 bool send_with_fds(int fd, const void* data, size_t len, const std::vector<int>& fds);
 

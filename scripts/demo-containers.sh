@@ -79,14 +79,15 @@ else
   sim=1
 fi
 
-# A node config of its own: scope, sockets (their folder is what the CDI spec mounts into
-# the containers at /run/quanta) and state under the run folder; no unregistered processes.
-mkdir -p "$run/sock" "$run/state" "$run/cdi" "$run/opt-quanta/bin" "$run/opt-quanta/lib"
+# A node config of its own: scope, sockets (the tenant socket's folder is what the CDI spec
+# mounts into the containers at /run/quanta; the admin socket's is not) and state under the
+# run folder; no unregistered processes.
+mkdir -p "$run/sock" "$run/admin" "$run/state" "$run/cdi" "$run/opt-quanta/bin" "$run/opt-quanta/lib"
 cat >"$run/quanta.toml" <<EOF
 [node]
 scope = "$scope"
 tenant_socket = "$run/sock/tenant.sock"
-admin_socket = "$run/sock/admin.sock"
+admin_socket = "$run/admin/admin.sock"
 state_dir = "$run/state"
 allow_unregistered = false
 
@@ -100,9 +101,9 @@ EOF
 QUANTA_LOG_LEVEL=info "$build/bin/quanta-arbiter" --foreground --config "$run/quanta.toml" \
   >"$run/arbiter.out" 2>"$run/arbiter.log" </dev/null &
 arbiter_pid=$!
-for _ in $(seq 200); do [[ -S $run/sock/admin.sock ]] && break; sleep 0.05; done
-[[ -S $run/sock/admin.sock ]] || { echo "$me: quanta-arbiter did not start:"; cat "$run/arbiter.log"; exit 1; }
-quantactl() { "$build/bin/quantactl" --admin-socket "$run/sock/admin.sock" "$@"; }
+for _ in $(seq 200); do [[ -S $run/admin/admin.sock ]] && break; sleep 0.05; done
+[[ -S $run/admin/admin.sock ]] || { echo "$me: quanta-arbiter did not start:"; cat "$run/arbiter.log"; exit 1; }
+quantactl() { "$build/bin/quantactl" --admin-socket "$run/admin/admin.sock" "$@"; }
 
 # Quanta "installed" the way the node image does it (docs/operator-guide.md), under a prefix
 # of the demo's own, and its CDI spec generated from the node config.

@@ -23,7 +23,7 @@ TEST(Config, EmptyFileGivesDefaults) {
   NodeConfig c = parse_config("", "empty.toml");
   EXPECT_EQ(c.scope, "quanta");
   EXPECT_EQ(c.tenant_socket, "/run/quanta/tenant.sock");
-  EXPECT_EQ(c.admin_socket, "/run/quanta/admin.sock");
+  EXPECT_EQ(c.admin_socket, "/run/quanta-admin/admin.sock") << "out of the folder containers mount";
   EXPECT_EQ(c.state_dir, "/var/lib/quanta");
   EXPECT_FALSE(c.allow_unregistered);
   EXPECT_TRUE(c.gpus.empty());

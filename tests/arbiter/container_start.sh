@@ -34,7 +34,7 @@ cat >"$run/quanta.toml" <<TOML
 [node]
 scope = "$scope"
 tenant_socket = "$run/run/quanta/tenant.sock"
-admin_socket = "$run/run/quanta/admin.sock"
+admin_socket = "$run/run/quanta-admin/admin.sock"
 state_dir = "$run/var/lib/quanta"
 TOML
 
@@ -65,7 +65,7 @@ pids+=($!)
 sleep 1
 cp "$sim/libnvidia-ml.so.1" "$run/driver/"
 for _ in $(seq 150); do [[ -S $run/run/quanta/tenant.sock ]] && break; sleep 0.1; done
-[[ -S $run/run/quanta/tenant.sock && -S $run/run/quanta/admin.sock ]] ||
+[[ -S $run/run/quanta/tenant.sock && -S $run/run/quanta-admin/admin.sock ]] ||
   fail "no sockets 15 s after NVML appeared: $(cat "$run/wait2.log")"
 [[ -d $run/var/lib/quanta ]] || fail "state directory not created"
 grep -q "GPUs present after" "$run/wait2.log" || fail "no line saying the GPUs appeared: $(cat "$run/wait2.log")"

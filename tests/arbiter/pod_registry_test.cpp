@@ -190,6 +190,24 @@ TEST_F(PodRegistryBounds, ANamespacesMinimumsAreCappedAndARefusalNamesNoOtherPod
   EXPECT_EQ(full.find("team-b"), std::string::npos) << full;
 }
 
+// One pod, one policy: a second container of a live pod asking for other values is refused
+// (a runtime gives all containers of a pod the same annotations), and the pod's policy is
+// re-resolved from what stays registered.
+TEST_F(PodRegistryState, AContainerAskingForAnotherPolicyThanItsPodsIsRefusedAndPolicyFollowsTheRegistrations) {
+  pods_.probe_cgroups_with([](const std::string&) { return true; });
+  ASSERT_EQ(pods_.register_container({"c1", "uid-1", "web", "prod", "server", "/kubepods/p/c1", {}, {{"weight", "2"}}}), "");
+  EXPECT_EQ(pods_.resolve_policy("prod/web").weight, 2u);
+  const std::string err =
+      pods_.register_container({"c0", "uid-1", "web", "prod", "sidecar", "/kubepods/p/c0", {}, {{"weight", "8"}, {"memory-limit", "none"}}});
+  EXPECT_NE(err.find("the containers of one pod share one policy"), std::string::npos) << err;
+  EXPECT_EQ(pods_.resolve_policy("prod/web").weight, 2u) << "a refused container changed its pod's policy";
+  ASSERT_EQ(pods_.register_container({"c2", "uid-1", "web", "prod", "sidecar", "/kubepods/p/c2", {}, {{"weight", "2"}}}), "");
+  ASSERT_TRUE(pods_.unregister_container("c1"));
+  EXPECT_EQ(pods_.resolve_policy("prod/web").weight, 2u);
+  ASSERT_TRUE(pods_.unregister_container("c2"));
+  EXPECT_EQ(pods_.resolve_policy("prod/web").weight, config_.defaults.weight) << "nothing registered: the node's default";
+}
+
 TEST(CgroupExists, OnlyAVisibleHierarchyWithoutTheCgroupMeansGone) {
   EXPECT_TRUE(cgroup_exists("/")) << "the root always exists";
   EXPECT_TRUE(cgroup_exists("/no-such-hierarchy-quanta/pod/c")) << "a hierarchy not visible here cannot be judged";

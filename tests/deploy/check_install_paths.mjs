@@ -10,9 +10,9 @@ import { Report, assemble, buildDir, podSpec, root, run } from "./lib.mjs";
 
 const kContract = {
   prefix: "/opt/quanta",
-  files: ["bin/quanta-hook", "lib/libquanta.so", "etc/node.conf", "etc/ld.so.preload"],
+  files: ["bin/quanta-hook", "libexec/quanta-hook", "lib/libquanta.so", "etc/node.conf", "etc/ld.so.preload"],
   tenantSocket: "/run/quanta/tenant.sock",
-  adminSocket: "/run/quanta/admin.sock",
+  adminSocket: "/run/quanta-admin/admin.sock",
   nodeConfig: "/etc/quanta/quanta.toml",
   cdiDirs: ["/etc/cdi", "/var/run/cdi"],
   kind: "quanta.dev/gpu",
@@ -42,7 +42,11 @@ report.check(hostPathOf(init, path.dirname(kContract.nodeConfig)) === path.dirna
 report.check(arg(init, "socket") === kContract.tenantSocket, `the spec mounts the tenant socket ${kContract.tenantSocket}`);
 report.check(tomlValue("tenant_socket") === kContract.tenantSocket, "the arbiter serves the tenant socket there");
 report.check(tomlValue("admin_socket") === kContract.adminSocket, `the arbiter serves the admin socket at ${kContract.adminSocket}`);
-report.check(hostPathOf(arbiter, path.dirname(kContract.tenantSocket)) === path.dirname(kContract.tenantSocket), "the sockets' directory is the host's");
+report.check(hostPathOf(arbiter, path.dirname(kContract.tenantSocket)) === path.dirname(kContract.tenantSocket), "the tenant socket's directory is the host's");
+report.check(hostPathOf(arbiter, path.dirname(kContract.adminSocket)) === path.dirname(kContract.adminSocket), "the admin socket's directory is the host's");
+report.check(path.dirname(kContract.adminSocket) !== path.dirname(kContract.tenantSocket) &&
+  !kContract.adminSocket.startsWith(path.dirname(kContract.tenantSocket) + "/"),
+  "the admin socket is not in the tenant socket's folder, which every GPU container mounts");
 
 // The installer provides the payload; quanta-hook writes <prefix>/etc itself.
 const installer = fs.readFileSync(path.join(root, "deploy/image/quanta-install-host"), "utf8");

@@ -188,7 +188,8 @@ World::World(const std::string& test_name, ArbiterConfig config, WorldExtras ext
   sim_log_ = dir_.file("simgpu.log");
   if (config_.sockets_in_run_dir) mkdir(dir_.file("run").c_str(), 0755);
   tenant_socket_ = dir_.file(config_.sockets_in_run_dir ? "run/tenant.sock" : "tenant.sock");
-  admin_socket_ = dir_.file(config_.sockets_in_run_dir ? "run/admin.sock" : "admin.sock");
+  // As on a node: the admin socket in a folder of its own, out of what containers mount.
+  admin_socket_ = dir_.file(config_.sockets_in_run_dir ? "run-admin/admin.sock" : "admin.sock");
   config_path_ = dir_.file("quanta.toml");
   mkdir(dir_.file("state").c_str(), 0700);
   std::ofstream toml(config_path_);
