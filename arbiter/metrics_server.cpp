@@ -294,10 +294,10 @@ void MetricsServer::on_request(Connection& c, uint64_t now) {
 }
 
 // A parked scrape is answered once a snapshot taken after it asked arrives, or with the last
-// one when kRefreshWaitNs has passed (expire() calls it then with the state changed).
-void MetricsServer::answer_metrics(Connection& c) {
+// one when kRefreshWaitNs has passed (`waited_out`, from expire()).
+void MetricsServer::answer_metrics(Connection& c, bool waited_out) {
   const std::shared_ptr<const NodeFigures> figures = latest();
-  if (c.state == Connection::State::kWaitingSnapshot &&
+  if (c.state == Connection::State::kWaitingSnapshot && !waited_out &&
       (!figures || figures->taken_ns < c.waiting_since_ns))
     return;
   if (!figures) {
@@ -348,8 +348,7 @@ void MetricsServer::expire(uint64_t now) {
     Connection& c = connections_[k];
     if (c.state == Connection::State::kFree) continue;
     if (c.state == Connection::State::kWaitingSnapshot && now - c.waiting_since_ns >= kRefreshWaitNs) {
-      c.state = Connection::State::kReading;  // answered with whatever was published last
-      answer_metrics(c);
+      answer_metrics(c, /*waited_out=*/true);
       continue;
     }
     if ((c.state == Connection::State::kReading && now - c.accepted_ns >= kHeadDeadlineNs) ||

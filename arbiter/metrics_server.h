@@ -60,7 +60,7 @@ class MetricsServer {
   void accept_all(uint64_t now);
   void on_readable(Connection& c, uint64_t now);
   void on_request(Connection& c, uint64_t now);
-  void answer_metrics(Connection& c);
+  void answer_metrics(Connection& c, bool waited_out = false);
   void respond(Connection& c, int status, const char* reason, const char* content_type,
                const std::string& body);
   void flush(Connection& c);

@@ -65,8 +65,7 @@ std::string PodRegistry::register_container(const Registration& r) {
       ++it;
       continue;
     }
-    const bool alive = cgroup_alive_ ? cgroup_alive_(o.cgroup_path) : cgroup_exists(o.cgroup_path);
-    if (alive)
+    if (cgroup_alive_(o.cgroup_path))
       return "container " + printable(r.container_id) + " claims pod " + key + " with pod uid \"" +
              printable(r.pod_uid) + "\", but a live container registered pod " + key +
              " with another uid: a pod's name belongs to one live pod (a recreated pod registers "

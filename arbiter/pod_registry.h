@@ -123,7 +123,7 @@ class PodRegistry {
 
   const NodeConfig& config_;
   std::map<std::string, Registration> registrations_;
-  std::function<bool(const std::string&)> cgroup_alive_;
+  std::function<bool(const std::string&)> cgroup_alive_ = cgroup_exists;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
   std::map<uint32_t, Pod> pods_;
   uint64_t generation_ = 0;

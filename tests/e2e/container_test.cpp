@@ -47,16 +47,8 @@ std::string id_for(const std::string& what, Runtime r) {
   return "qe2e-" + std::to_string(getpid()) + "-" + what + "-" + runtime_name(r);
 }
 
-class ContainerTest : public ::testing::TestWithParam<Runtime> {
+class ContainerTest : public RuntimeTest {
  protected:
-  void SetUp() override {
-    if (geteuid() != 0) GTEST_SKIP() << "containers need root";
-    if (!runtime_available(GetParam())) {
-      if (getenv("QUANTA_REQUIRE_E2E") != nullptr) FAIL() << runtime_name(GetParam()) << " is not installed";
-      GTEST_SKIP() << runtime_name(GetParam()) << " is not installed (scripts/install-deps.sh installs it)";
-    }
-  }
-
   // A world, Quanta installed into it, the vendor's stand-in spec, and the runtime.
   void start(const std::string& overhead = "0") {
     overhead_ = overhead;

@@ -162,6 +162,14 @@ bool runtime_available(Runtime r) {
   return on_path(runtime_name(r));
 }
 
+void RuntimeTest::SetUp() {
+    if (geteuid() != 0) GTEST_SKIP() << "containers need root";
+    if (!runtime_available(GetParam())) {
+      if (getenv("QUANTA_REQUIRE_E2E") != nullptr) FAIL() << runtime_name(GetParam()) << " is not installed";
+      GTEST_SKIP() << runtime_name(GetParam()) << " is not installed (scripts/install-deps.sh installs it)";
+    }
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;

@@ -6,6 +6,7 @@
 // its arbiter, simgpu state and temp dir.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/types.h>
 
 #include <map>
@@ -24,6 +25,14 @@ enum class Runtime { kRunc, kCrun };
 const char* runtime_name(Runtime r);
 // Whether the runtime's binary is installed; tests skip (or fail under QUANTA_REQUIRE_E2E=1).
 bool runtime_available(Runtime r);
+
+// A test run once per runtime: SetUp skips without root or the runtime (fails instead under
+// QUANTA_REQUIRE_E2E=1). A fixture's own SetUp calls it first and returns when it skipped.
+class RuntimeTest : public ::testing::TestWithParam<Runtime> {
+ protected:
+  void SetUp() override;
+  bool skipped() const { return IsSkipped() || HasFatalFailure(); }
+};
 
 // What the tests' stand-in for NVIDIA's CDI spec provides: simgpu's C++-free libcuda.so.1
 // and libnvidia-ml.so.1 where the toolkit mounts the driver, the host's /dev/shm (simgpu's
