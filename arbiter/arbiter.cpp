@@ -36,6 +36,9 @@ using common::monotonic_ns;
 namespace {
 
 constexpr int kRecoveryDeadlineMs = 1500;
+// Registrations whose cgroup one heartbeat looks at (a stat each): a full registry is
+// gone through in a few seconds at the default lease.
+constexpr size_t kRegistrationsReapedPerBeat = 256;
 
 SchedulerOptions scheduler_options(const SchedulerConfig& c) {
   SchedulerOptions o;
@@ -591,7 +594,15 @@ void Arbiter::heartbeat() {
   // the pods' regions.
   if (tenants_) tenants_->keep_listening();
   if (admin_) admin_->keep_listening();
-  if (pods_.state_file_changed()) {
+  // Containers that ended without their poststop hook lose their registrations (and the
+  // promises they held), a few hundred looked at per beat.
+  const std::set<std::string> reaped = pods_.reap_dead_registrations(kRegistrationsReapedPerBeat);
+  for (const std::string& key : reaped) {
+    if (Pod* pod = pods_.find_key(key)) apply_policy(*pod);
+  }
+  if (!reaped.empty()) {
+    pods_.save_state();
+  } else if (pods_.state_file_changed()) {
     spdlog::warn("the state file in {} was removed or changed by someone else: writing it again",
                  config_.state_dir);
     pods_.save_state();

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "arbiter/names.h"
+#include "common/clock.h"
 
 namespace quanta::arbiter {
 
@@ -37,7 +38,91 @@ uint64_t random_tag() {
 
 }  // namespace
 
-PodRegistry::PodRegistry(const NodeConfig& config) : config_(config) {}
+PodRegistry::PodRegistry(const NodeConfig& config) : config_(config), now_(common::monotonic_ns) {}
+
+bool PodRegistry::dead(const std::string& container_id, const Registration& r) const {
+  auto record = records_.find(container_id);
+  const uint64_t since = record == records_.end() ? 0 : record->second.since_ns;
+  return now_() - since >= kRegistrationGraceNs && !cgroup_alive_(r.cgroup_path);
+}
+
+void PodRegistry::drop_registration(std::map<std::string, Registration>::iterator it,
+                                    const char* why) {
+  spdlog::warn("container {} of pod {} {}: its registration is dropped", printable(it->first),
+               printable(it->second.pod_key()), why);
+  erase_registration(it);
+}
+
+void PodRegistry::erase_registration(std::map<std::string, Registration>::iterator it) {
+  records_.erase(it->first);
+  auto pod = by_pod_.find(it->second.pod_key());
+  if (pod != by_pod_.end() && pod->second.erase(it->first) != 0 && pod->second.empty())
+    by_pod_.erase(pod);
+  auto ns = per_namespace_.find(namespace_of(it->second.pod_key()));
+  if (ns != per_namespace_.end() && --ns->second == 0) per_namespace_.erase(ns);
+  registrations_.erase(it);
+}
+
+std::set<std::string> PodRegistry::reap_dead_registrations(size_t budget) {
+  std::vector<std::string> gone;
+  auto it = registrations_.lower_bound(reap_cursor_);
+  const size_t looks = std::min(budget, registrations_.size());
+  for (size_t looked = 0; looked < looks; ++looked, ++it) {
+    if (it == registrations_.end()) it = registrations_.begin();
+    if (dead(it->first, it->second)) gone.push_back(it->first);
+  }
+  reap_cursor_ = it == registrations_.end() ? std::string() : it->first;
+  std::set<std::string> touched;
+  for (const std::string& id : gone) {
+    auto dropped = registrations_.find(id);
+    touched.insert(dropped->second.pod_key());
+    drop_registration(dropped, "ended without its poststop hook (its cgroup is gone)");
+  }
+  return touched;
+}
+
+std::string PodRegistry::registration_bound_error(const Registration& r) {
+  if (registrations_.count(r.container_id) != 0) return "";  // registered again: counted
+  const std::string key = r.pod_key();
+  const std::string ns = namespace_of(key);
+  auto in_pod = [&] {
+    auto pod = by_pod_.find(key);
+    return pod == by_pod_.end() ? size_t{0} : pod->second.size();
+  };
+  auto in_namespace = [&] {
+    auto n = per_namespace_.find(ns);
+    return n == per_namespace_.end() ? size_t{0} : n->second;
+  };
+  auto in_node = [&] { return registrations_.size(); };
+  struct Bound {
+    std::function<size_t()> count;
+    std::function<bool(const Registration&)> in_scope;
+    size_t most;
+    std::string what;
+  };
+  for (const Bound& b : {
+           Bound{in_pod, [&](const Registration& o) { return o.pod_key() == key; },
+                 kMaxRegistrationsPerPod, "pod " + key},
+           Bound{in_namespace, [&](const Registration& o) { return namespace_of(o.pod_key()) == ns; },
+                 kMaxRegistrationsPerNamespace,
+                 "namespace " + (ns.empty() ? std::string("(none)") : ns)},
+           Bound{in_node, [](const Registration&) { return true; }, kMaxRegistrations, "this node"}}) {
+    if (b.count() < b.most) continue;
+    // At the bound: the dead registrations in its way make room first.
+    for (auto it = registrations_.begin(); it != registrations_.end();) {
+      auto next = std::next(it);
+      if (b.in_scope(it->second) && dead(it->first, it->second))
+        drop_registration(it, "ended without its poststop hook (its cgroup is gone)");
+      it = next;
+    }
+    if (b.count() >= b.most)
+      return "container " + printable(r.container_id) + " of pod " + key + " is refused: " +
+             b.what + " already has " + std::to_string(b.count()) +
+             " registered containers, the most it may have (" + std::to_string(b.most) +
+             "); a registration ends with its container";
+  }
+  return "";
+}
 
 std::string PodRegistry::register_container(const Registration& r) {
   std::string err;
@@ -59,36 +144,40 @@ std::string PodRegistry::register_container(const Registration& r) {
              "\" is not a GPU or MIG UUID (GPU-… or MIG-…, as NVML reports it)";
   }
   const std::string key = r.pod_key();
-  for (auto it = registrations_.begin(); it != registrations_.end();) {
+  // The pod's other containers (a copy: a dead one is dropped on the way).
+  std::vector<std::string> same_pod;
+  if (auto pod = by_pod_.find(key); pod != by_pod_.end())
+    same_pod.assign(pod->second.begin(), pod->second.end());
+  for (const std::string& id : same_pod) {
+    auto it = registrations_.find(id);
     const Registration& o = it->second;
-    if (o.container_id == r.container_id || o.pod_key() != key || o.pod_uid == r.pod_uid) {
-      ++it;
-      continue;
-    }
+    if (id == r.container_id || o.pod_uid == r.pod_uid) continue;
     if (cgroup_alive_(o.cgroup_path))
       return "container " + printable(r.container_id) + " claims pod " + key + " with pod uid \"" +
              printable(r.pod_uid) + "\", but a live container registered pod " + key +
              " with another uid: a pod's name belongs to one live pod (a recreated pod registers "
              "once the old one's containers are gone)";
-    spdlog::warn("container {} of pod {} left no poststop and its cgroup {} is gone: its "
-                 "registration is dropped for pod uid {}",
-                 printable(o.container_id), key, printable(o.cgroup_path), printable(r.pod_uid));
-    it = registrations_.erase(it);
+    spdlog::warn("pod {} is recreated with pod uid {}", key, printable(r.pod_uid));
+    drop_registration(it, "left no poststop and its cgroup is gone");
   }
   // One pod, one policy: a runtime gives every container of a pod the pod's annotations,
   // so another set of values for a live pod is refused rather than merged or ranked.
-  for (const auto& [id, o] : registrations_) {
-    if (id == r.container_id || o.pod_key() != key || o.policy == r.policy) continue;
-    auto text = [](const std::map<std::string, std::string>& m) {
-      std::string out;
-      for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k + "=" + printable(v);
-      return out.empty() ? std::string("no quanta.dev/* values") : out;
-    };
-    return "container " + printable(r.container_id) + " of pod " + key + " asks for " +
-           text(r.policy) + ", but the pod's running containers registered " + text(o.policy) +
-           ": the containers of one pod share one policy (change it for the whole pod with "
-           "quantactl set)";
+  if (auto pod = by_pod_.find(key); pod != by_pod_.end()) {
+    for (const std::string& id : pod->second) {
+      const Registration& o = registrations_.at(id);
+      if (id == r.container_id || o.policy == r.policy) continue;
+      auto text = [](const std::map<std::string, std::string>& m) {
+        std::string out;
+        for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k + "=" + printable(v);
+        return out.empty() ? std::string("no quanta.dev/* values") : out;
+      };
+      return "container " + printable(r.container_id) + " of pod " + key + " asks for " +
+             text(r.policy) + ", but the pod's running containers registered " + text(o.policy) +
+             ": the containers of one pod share one policy (change it for the whole pod with "
+             "quantactl set)";
+    }
   }
+  if (!(err = registration_bound_error(r)).empty()) return err;
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
     err = apply_policy_value(&p, k, v);
@@ -109,7 +198,12 @@ std::string PodRegistry::register_container(const Registration& r) {
   if (err.empty()) err = check_minimums(r.pod_key(), p, r.devices, overridden == overrides_.end());
   if (!err.empty())
     return "container " + printable(r.container_id) + " of pod " + r.pod_key() + ": " + err;
+  if (auto again = registrations_.find(r.container_id); again != registrations_.end())
+    erase_registration(again);
   registrations_[r.container_id] = r;
+  records_[r.container_id] = Record{now_(), render_registration(r)};
+  by_pod_[key].insert(r.container_id);
+  ++per_namespace_[namespace_of(key)];
   return "";
 }
 
@@ -140,6 +234,9 @@ std::string PodRegistry::check_minimums(const std::string& pod_key, const common
   std::map<std::string, bool> anywhere;
   for (const auto& [id, r] : registrations_) {
     if (r.pod_key() == pod_key) continue;
+    // A container that ended without its poststop promises nothing (the probe costs a
+    // stat, so only for the few pods that hold a minimum).
+    if (resolve_policy(r.pod_key()).min_share_ppm != 0 && dead(id, r)) continue;
     auto& list = others[r.pod_key()];
     if (r.devices.empty()) anywhere[r.pod_key()] = true;
     list.insert(list.end(), r.devices.begin(), r.devices.end());
@@ -200,7 +297,10 @@ bool cgroup_exists(const std::string& path) {
 }
 
 bool PodRegistry::unregister_container(const std::string& container_id) {
-  return registrations_.erase(container_id) != 0;
+  auto it = registrations_.find(container_id);
+  if (it == registrations_.end()) return false;
+  erase_registration(it);
+  return true;
 }
 
 const Registration* PodRegistry::match_cgroup(const std::string& cgroup) const {
@@ -252,11 +352,12 @@ std::string PodRegistry::set_override(const std::string& pod_key,
 
 common::Policy PodRegistry::resolve_policy(const std::string& pod_key) const {
   common::Policy p = config_.policy_for(pod_key);
-  for (const auto& [id, r] : registrations_) {
-    if (r.pod_key() != pod_key) continue;
+  auto pod = by_pod_.find(pod_key);
+  if (pod != by_pod_.end()) {
+    // One pod, one policy: every registration of the pod carries the same values.
     p = config_.defaults;
-    for (const auto& [k, v] : r.policy) apply_policy_value(&p, k, v);
-    break;
+    for (const auto& [k, v] : registrations_.at(*pod->second.begin()).policy)
+      apply_policy_value(&p, k, v);
   }
   auto it = overrides_.find(pod_key);
   if (it != overrides_.end()) {
@@ -387,7 +488,9 @@ SavedState PodRegistry::load_state() {
 void PodRegistry::save_state() const {
   SavedState s;
   s.generation = generation_;
-  for (const auto& [id, r] : registrations_) s.registrations.push_back(r);
+  std::vector<std::string_view> registration_texts;
+  registration_texts.reserve(records_.size());
+  for (const auto& [id, record] : records_) registration_texts.push_back(record.text);
   s.overrides = overrides_;
   for (const auto& [index, pod] : pods_) {
     SavedPod& p = s.pods[index];
@@ -403,7 +506,7 @@ void PodRegistry::save_state() const {
   const std::string tmp = state_file() + ".tmp";
   {
     // Root's alone (0600): it names every pod, its cgroup and its policy.
-    const std::string text = render_state(s);
+    const std::string text = render_state(s, registration_texts);
     UniqueFd out(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
     bool ok = out && fchmod(out.get(), 0600) == 0;
     for (size_t off = 0; ok && off < text.size();) {

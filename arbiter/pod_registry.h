@@ -55,6 +55,14 @@ class PodRegistry {
   static constexpr size_t kMaxPods = 1024;
   static constexpr size_t kMaxClaimedPods = 64;          // unregistered pods in all
   static constexpr size_t kMaxClaimedPodsPerCgroup = 8;  // ... claimed from one cgroup
+  // Bounds on registrations (a node runs a few hundred containers at most; a creation that
+  // fails half way leaves its registration until the reaper finds its cgroup gone).
+  static constexpr size_t kMaxRegistrations = 4096;
+  static constexpr size_t kMaxRegistrationsPerNamespace = 1024;
+  static constexpr size_t kMaxRegistrationsPerPod = 64;
+  // How long a registration counts as alive whatever its cgroup says: a runtime may still
+  // be creating it.
+  static constexpr uint64_t kRegistrationGraceNs = 10ull * 1000 * 1000 * 1000;
 
   explicit PodRegistry(const NodeConfig& config);
 
@@ -62,8 +70,16 @@ class PodRegistry {
   // A pod key (namespace/name) belongs to one pod uid while a container of that pod lives:
   // another uid claiming it is refused, and a registration of the old uid whose cgroup is
   // gone is dropped instead (the pod ended without its poststop hook).
+  // Registrations beyond kMaxRegistrations*, after the dead ones in the way are dropped,
+  // are refused.
   std::string register_container(const Registration& r);
   bool unregister_container(const std::string& container_id);
+  // Registrations whose container ended without a poststop hook (a creation that failed
+  // after createRuntime, a runtime that died): those older than kRegistrationGraceNs whose
+  // cgroup is gone are dropped, each with a warning. Looks at up to `budget` registrations,
+  // going on where the last call stopped, so a full registry costs the loop a little at a
+  // time. Returns the keys of the pods that lost a registration.
+  std::set<std::string> reap_dead_registrations(size_t budget);
   // The registration whose cgroup is this one or one of its ancestors.
   const Registration* match_cgroup(const std::string& cgroup) const;
   const std::map<std::string, Registration>& registrations() const { return registrations_; }
@@ -117,13 +133,33 @@ class PodRegistry {
   void close_replaced_with(std::function<void(int)> close_later);
   // Whether a registration's cgroup still exists (default: cgroup_exists); tests substitute.
   void probe_cgroups_with(std::function<bool(const std::string&)> alive) { cgroup_alive_ = std::move(alive); }
+  // The clock registrations are aged by (default: common::monotonic_ns); tests substitute.
+  void use_clock(std::function<uint64_t()> now) { now_ = std::move(now); }
 
  private:
   std::string state_file() const;
+  // Whether a registration ended without its poststop: past its grace, cgroup gone.
+  bool dead(const std::string& container_id, const Registration& r) const;
+  void drop_registration(std::map<std::string, Registration>::iterator it, const char* why);
+  void erase_registration(std::map<std::string, Registration>::iterator it);
+  // "" or why `r` (a new container) would pass a bound on registrations, after dropping
+  // the dead registrations that count against that bound.
+  std::string registration_bound_error(const Registration& r);
 
   const NodeConfig& config_;
   std::map<std::string, Registration> registrations_;
+  // Per registration: when it was made (this arbiter's clock; a restart starts the grace
+  // again) and its text in the state file.
+  struct Record {
+    uint64_t since_ns = 0;
+    std::string text;
+  };
+  std::map<std::string, Record> records_;
+  std::map<std::string, std::set<std::string>> by_pod_;  // pod key → its container ids
+  std::map<std::string, size_t> per_namespace_;          // namespace → its registrations
+  std::string reap_cursor_;  // the container id the reaper looks at next
   std::function<bool(const std::string&)> cgroup_alive_ = cgroup_exists;
+  std::function<uint64_t()> now_;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
   std::map<uint32_t, Pod> pods_;
   uint64_t generation_ = 0;

@@ -177,21 +177,19 @@ SavedState parse_state(std::string_view text, std::vector<std::string>* warnings
   return out;
 }
 
-std::string render_state(const SavedState& state) {
+std::string render_registration(const Registration& r) {
+  const json j{{"container_id", r.container_id},   {"pod_uid", r.pod_uid},
+               {"pod_name", r.pod_name},           {"pod_namespace", r.pod_namespace},
+               {"container_name", r.container_name}, {"cgroup_path", r.cgroup_path},
+               {"devices", r.devices},             {"policy", r.policy}};
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string render_state(const SavedState& state,
+                         const std::vector<std::string_view>& registration_texts) {
   json j;
   j["version"] = 2;
   j["generation"] = state.generation;
-  j["registrations"] = json::array();
-  for (const Registration& r : state.registrations) {
-    j["registrations"].push_back({{"container_id", r.container_id},
-                                  {"pod_uid", r.pod_uid},
-                                  {"pod_name", r.pod_name},
-                                  {"pod_namespace", r.pod_namespace},
-                                  {"container_name", r.container_name},
-                                  {"cgroup_path", r.cgroup_path},
-                                  {"devices", r.devices},
-                                  {"policy", r.policy}});
-  }
   j["overrides"] = json::object();
   for (const auto& [pod, values] : state.overrides) j["overrides"][pod] = values;
   j["pods"] = json::object();
@@ -204,7 +202,28 @@ std::string render_state(const SavedState& state) {
   for (const auto& [index, g] : state.gpus) {
     j["gpus"][std::to_string(index)] = {{"uuid", g.uuid}, {"inode", g.inode}};
   }
-  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  // The rest of the file, then the registrations spliced in first, one line each.
+  const std::string rest = j.dump(2, ' ', false, json::error_handler_t::replace);
+  size_t size = rest.size() + 64;
+  for (std::string_view t : registration_texts) size += t.size() + 6;
+  std::string out;
+  out.reserve(size);
+  out += "{\n  \"registrations\": [";
+  for (size_t i = 0; i < registration_texts.size(); ++i) {
+    out += i == 0 ? "\n    " : ",\n    ";
+    out += registration_texts[i];
+  }
+  out += registration_texts.empty() ? "],\n" : "\n  ],\n";
+  out.append(rest, 2, std::string::npos);  // after "{\n"
+  out += "\n";
+  return out;
+}
+
+std::string render_state(const SavedState& state) {
+  std::vector<std::string> texts;
+  texts.reserve(state.registrations.size());
+  for (const Registration& r : state.registrations) texts.push_back(render_registration(r));
+  return render_state(state, std::vector<std::string_view>(texts.begin(), texts.end()));
 }
 
 }  // namespace quanta::arbiter

@@ -47,5 +47,12 @@ struct SavedState {
 SavedState parse_state(std::string_view text, std::vector<std::string>* warnings);
 // Never throws; text that is not UTF-8 is replaced, so one bad name cannot stop a save.
 std::string render_state(const SavedState& state);
+// One registration as the file's "registrations" list holds it: a JSON object on one line.
+std::string render_registration(const Registration& r);
+// The file with `registration_texts` (render_registration of each) as its registrations,
+// state.registrations unused: the registry renders a registration once, when it is made,
+// so a save of thousands of them copies text instead of rendering each again.
+std::string render_state(const SavedState& state,
+                         const std::vector<std::string_view>& registration_texts);
 
 }  // namespace quanta::arbiter
