@@ -65,6 +65,19 @@ json Arbiter::node_devices_json() const {
   return json{{"ok", true}, {"devices", devices}};
 }
 
+// What the shims charge per context and where the figure came from.
+json Arbiter::context_overhead_json() const {
+  json measured = json::object();
+  for (const auto& [model, bytes] : context_overheads_.bytes_by_model) measured[model] = bytes;
+  json out{{"bytes", context_overhead_},
+           {"source", config_.shim.measure_context_overhead ? "measured" : "config"}};
+  if (config_.shim.measure_context_overhead) {
+    out["measured"] = measured;
+    if (!context_overheads_.errors.empty()) out["errors"] = context_overheads_.errors;
+  }
+  return out;
+}
+
 json Arbiter::set_policy(const AdminRequest& request) {
   const std::string& pod = request.pod;
   std::string err = pods_.set_override(pod, request.values);
@@ -198,6 +211,7 @@ json Arbiter::status_json() {
                {{"enforce", config_.enforce.enforce},
                 {"unplaced", unplaced_name(config_.enforce.unplaced)},
                 {"over_cap", over_cap_name(config_.enforce.over_cap)}}},
+              {"context_overhead", context_overhead_json()},
               {"tenant_connections", tenants_ ? tenants_->connections() : 0},
               {"metrics_listen", metrics_address()},
               {"gpus", gpus}};

@@ -36,6 +36,9 @@ using common::monotonic_ns;
 namespace {
 
 constexpr int kRecoveryDeadlineMs = 1500;
+// How long measuring one GPU model's context cost may take (a context's creation takes
+// well under a second; a wedged driver must not stop the arbiter from starting).
+constexpr int kContextMeasureTimeoutMs = 20'000;
 // Registrations whose cgroup one heartbeat looks at (a stat each): a full registry is
 // gone through in a few seconds at the default lease.
 constexpr size_t kRegistrationsReapedPerBeat = 256;
@@ -104,6 +107,19 @@ Arbiter::Arbiter(NodeConfig config)
     throw std::runtime_error("NVML reports " + std::to_string(gpu_info_.size()) +
                              " devices; at most " + std::to_string(common::kMaxGpus) +
                              " can be managed: list them in [node] gpus");
+  }
+  context_overhead_ = config_.shim.context_overhead;
+  if (config_.shim.measure_context_overhead) {
+    context_overheads_ = measure_context_overheads(gpu_info_, kContextMeasureTimeoutMs);
+    context_overhead_ = context_overheads_.charge;
+    for (const auto& [model, bytes] : context_overheads_.bytes_by_model)
+      spdlog::info("a CUDA context takes {} bytes on {} by NVML's count", bytes, printable(model));
+    for (const std::string& e : context_overheads_.errors)
+      spdlog::warn("cannot measure a context's cost on {}", printable(e));
+    spdlog::info("shims charge {} bytes per CUDA context{}", context_overhead_,
+                 context_overheads_.bytes_by_model.empty()
+                     ? " (nothing measured: set [shim] context_overhead to your GPUs' figure)"
+                     : "");
   }
   remove_named_regions(config_.scope);
   recover(saved, gpu_info_);
@@ -190,7 +206,7 @@ void Arbiter::run() {
 void Arbiter::record_node() {
   std::map<uint32_t, SavedGpu> gpus;
   for (const auto& g : gpus_) gpus[g->index] = SavedGpu{g->uuid, g->region.inode()};
-  pods_.set_node_record(generation_, std::move(gpus));
+  pods_.set_node_record(generation_, std::move(gpus), slot_key_text(slot_key_));
   pods_.save_state();
 }
 
@@ -218,7 +234,10 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     return &it->second;
   };
 
-  // The previous generation's control regions, read-only, to carry slots and grants over.
+  // The previous generation's control regions, read-only, to carry slots and grants over;
+  // their owner words were made with the key the state file kept.
+  const bool key_kept = parse_slot_key(saved.slot_key, &slot_key_);
+  if (!key_kept) slot_key_ = new_slot_key();
   generation_ = saved.generation;
   std::map<uint32_t, ControlSnapshot> old_controls;
   for (const auto& [index, g] : saved.gpus) {
@@ -321,19 +340,26 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     }
   }
 
-  // Slots and grants, from the previous control regions, for the processes re-adopted.
+  // Slots and grants, from the previous control regions, for the processes re-adopted: a
+  // process's slot is the one whose owner word is its own (slot_owner.h), so no tenant can
+  // choose which slot, or whose grant, it inherits.
   for (auto& [index, snap] : old_controls) {
+    if (!key_kept) break;
     Gpu& gpu = *gpus_[index];
     const common::ControlRegion& old = *snap.get();
     common::ControlRegion& region = *gpu.region.get();
+    std::map<uint32_t, SlotId> by_owner;
     for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-      const common::ControlSlot& was = old.slots[s];
-      const pid_t pid = static_cast<pid_t>(was.pid.load());
-      auto it = pid == 0 ? processes_.end() : processes_.find(pid);
-      if (it == processes_.end() || it->second.pod_index != was.pod_index.load() ||
-          it->second.proc_index != was.proc_index.load() || it->second.slots.count(index) != 0)
+      const uint32_t owner = old.slots[s].owner.load();
+      if (owner != 0) by_owner.emplace(owner, s);
+    }
+    for (auto& [pid, proc] : processes_) {
+      auto found_slot = by_owner.find(owner_of(proc, index));
+      if (found_slot == by_owner.end() || proc.slots.count(index) != 0 ||
+          gpu.slot_pids.count(found_slot->second) != 0)
         continue;
-      Process& proc = it->second;
+      const SlotId s = found_slot->second;
+      const common::ControlSlot& was = old.slots[s];
       Pod& pod = *pods_.find(proc.pod_index);
       proc.slots[index] = s;
       gpu.slot_pids[s] = pid;
@@ -458,6 +484,8 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     common::ProcEntry& entry = pod->region->procs[proc_index];
     for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
       std::memset(static_cast<void*>(&entry.gpus[g]), 0, sizeof(common::GateChannel));
+      std::memset(static_cast<void*>(&entry.limits[g]), 0, sizeof(common::GateLimits));
+      entry.limits[g].slot.store(common::kNoSlot, std::memory_order_relaxed);
     }
     entry.pid.store(static_cast<uint32_t>(pid), std::memory_order_release);
     pod->entries.set(proc_index);
@@ -490,7 +518,7 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
   out.flags = config_.enforce.enforce && proc.registered ? common::kWelcomeEnforced : 0;
   if (fresh_entry) out.flags |= common::kWelcomeFreshEntry;
   out.count_managed = config_.shim.count_managed ? 1 : 0;
-  out.context_overhead = config_.shim.context_overhead;
+  out.context_overhead = context_overhead_;
   return out;
 }
 
@@ -567,6 +595,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   out.attached = true;
   out.gpu_index = gpu->index;
   out.slot = slot;
+  out.owner = owner_of(proc, gpu->index);
   out.control_fd = gpu->region.tenant_fd();
   out.memory_cap = pod.policy.memory_limit;
   return out;
@@ -687,8 +716,23 @@ const common::GateChannel* Arbiter::channel_of(const Gpu& gpu, SlotId slot) {
 
 void Arbiter::index_channels(Gpu& gpu) {
   gpu.channels.clear();
-  for (const auto& [slot, pid] : gpu.slot_pids)
-    gpu.channels.push_back({slot, &channel(processes_.at(pid), gpu.index)});
+  for (const auto& [slot, pid] : gpu.slot_pids) {
+    const Process& proc = processes_.at(pid);
+    Pod* pod = pods_.find(proc.pod_index);
+    gpu.channels.push_back({slot, &channel(proc, gpu.index),
+                            &pod->region->procs[proc.proc_index].limits[gpu.index]});
+  }
+}
+
+common::GateLimits* Arbiter::limits_of(const Gpu& gpu, SlotId slot) {
+  const auto found = std::lower_bound(
+      gpu.channels.begin(), gpu.channels.end(), slot,
+      [](const Gpu::SlotChannel& entry, SlotId wanted) { return entry.slot < wanted; });
+  return found == gpu.channels.end() || found->slot != slot ? nullptr : found->limits;
+}
+
+uint32_t Arbiter::owner_of(const Process& proc, uint32_t gpu_index) const {
+  return slot_owner(slot_key_, proc.pid, proc.pod_index, proc.proc_index, gpu_index);
 }
 
 common::GateChannel& Arbiter::channel(const Process& proc, uint32_t gpu_index) {
@@ -702,7 +746,7 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   const uint64_t now = monotonic_ns();
   common::ControlRegion& region = *gpu.region.get();
   Scheduler& sched = *gpu.sched;
-  for (const auto& [slot, channel] : gpu.channels) {
+  for (const auto& [slot, channel, limits] : gpu.channels) {
     common::GateChannel& ch = *channel;
     if (sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now)) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
@@ -723,10 +767,12 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   apply(gpu, sched.decide(now));
   // One walk over the scheduler's tenants: a lookup per slot made each pass quadratic.
   sched.for_each_limit(now, [&](SlotId slot, uint64_t limit, uint64_t quantum) {
-    common::ControlSlot& cs = region.slots[slot];
-    if (cs.inflight_limit_ns.load(std::memory_order_relaxed) != limit)
-      cs.inflight_limit_ns.store(limit);
-    if (cs.quantum_ns.load(std::memory_order_relaxed) != quantum) cs.quantum_ns.store(quantum);
+    common::GateLimits* limits = limits_of(gpu, slot);
+    if (limits == nullptr) return;
+    if (limits->inflight_limit_ns.load(std::memory_order_relaxed) != limit)
+      limits->inflight_limit_ns.store(limit);
+    if (limits->quantum_ns.load(std::memory_order_relaxed) != quantum)
+      limits->quantum_ns.store(quantum);
   });
   auto holder = sched.holder();
   bool holding = holder && sched.state(*holder) == TenantState::kHolding;
@@ -768,7 +814,8 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
                       gpu.sched->quantum_for(a.slot) / 1000);
         if ((slot.turn.load() & 1u) == 0) {
           const uint64_t quantum = gpu.sched->quantum_for(a.slot);
-          slot.quantum_ns.store(quantum, std::memory_order_relaxed);
+          if (common::GateLimits* limits = limits_of(gpu, a.slot))
+            limits->quantum_ns.store(quantum, std::memory_order_relaxed);
           region.header.holder.store(a.slot, std::memory_order_relaxed);
           ++gpu.grants;
           if (gpu.last_granted != common::kNoSlot && gpu.last_granted != a.slot) ++gpu.switches;
@@ -849,7 +896,9 @@ void Arbiter::free_slot(Gpu& gpu, SlotId slot) {
   common::ControlSlot& cs = gpu.region->slots[slot];
   DTRACE_PROBE2(quanta, slot_freed, gpu.index, slot);  // its process exited
   if (cs.turn.load() & 1u) bump_turn(cs);
-  cs.pid.store(0, std::memory_order_release);
+  cs.owner.store(0, std::memory_order_release);
+  if (common::GateLimits* limits = limits_of(gpu, slot))
+    limits->slot.store(common::kNoSlot, std::memory_order_relaxed);
   gpu.slot_pids.erase(slot);
   index_channels(gpu);
   if (gpu.region->header.holder.load() == slot) gpu.region->header.holder.store(common::kNoSlot);
@@ -874,16 +923,16 @@ void Arbiter::reclaim_memory(Pod& pod, uint32_t proc_index) {
 
 void Arbiter::fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod) {
   common::ControlSlot& cs = gpu.region->slots[slot];
-  uint64_t quantum = gpu.sched->quantum_for(slot);
+  common::GateLimits& limits = pod.region->procs[proc.proc_index].limits[gpu.index];
+  const uint64_t quantum = gpu.sched->quantum_for(slot);
   auto denied = pod.denied_caps.find(gpu.index);
-  cs.pod_index.store(proc.pod_index);
-  cs.proc_index.store(proc.proc_index);
-  cs.memory_cap.store(denied != pod.denied_caps.end() ? denied->second : pod.policy.memory_limit);
-  cs.quantum_ns.store(quantum);
-  cs.inflight_limit_ns.store(quantum);
-  cs.priority.store(static_cast<uint32_t>(pod.policy.priority));
+  pod.region->memory_cap[gpu.index].store(denied != pod.denied_caps.end() ? denied->second
+                                                                          : pod.policy.memory_limit);
+  limits.quantum_ns.store(quantum);
+  limits.inflight_limit_ns.store(quantum);
+  limits.slot.store(slot);
   cs.end_at_ns.store(0);
-  cs.pid.store(static_cast<uint32_t>(proc.pid), std::memory_order_release);
+  cs.owner.store(owner_of(proc, gpu.index), std::memory_order_release);
 }
 
 void Arbiter::apply_policy(Pod& pod) {

@@ -20,6 +20,7 @@
 #include "arbiter/accounting.h"
 #include "arbiter/admin_server.h"
 #include "arbiter/config.h"
+#include "arbiter/context_overhead.h"
 #include "arbiter/device_access.h"
 #include "arbiter/event_loop.h"
 #include "arbiter/fd_reaper.h"
@@ -29,6 +30,7 @@
 #include "arbiter/pod_registry.h"
 #include "arbiter/regions.h"
 #include "arbiter/scheduler.h"
+#include "arbiter/slot_owner.h"
 #include "arbiter/tenant_server.h"
 
 namespace quanta::arbiter {
@@ -59,7 +61,8 @@ struct Gpu {
   // slot. A channel lives in its pod's region, mapped for as long as the process is admitted.
   struct SlotChannel {
     SlotId slot;
-    common::GateChannel* channel;
+    common::GateChannel* channel;  // the process's, in its pod region
+    common::GateLimits* limits;    // what the arbiter sets for it, in the same region
   };
   std::vector<SlotChannel> channels;
   bool dirty = true;                  // needs a sync from shared memory and a decision
@@ -151,6 +154,8 @@ class Arbiter final : public TenantApi, public AdminApi {
   void index_channels(Gpu& gpu);
   // The gate channel of `slot` on `gpu` (nullptr when the slot is not admitted there).
   static const common::GateChannel* channel_of(const Gpu& gpu, SlotId slot);
+  static common::GateLimits* limits_of(const Gpu& gpu, SlotId slot);
+  uint32_t owner_of(const Process& proc, uint32_t gpu_index) const;
   void reclaim_memory(Pod& pod, uint32_t proc_index);
   void apply_policy(Pod& pod);
   void fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod);
@@ -167,6 +172,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   nlohmann::json register_container(const AdminRequest& request);
   nlohmann::json unregister_container(const AdminRequest& request);
   nlohmann::json node_devices_json() const;
+  nlohmann::json context_overhead_json() const;
   // admin_drain.cpp
   nlohmann::json handle_drain(const AdminRequest& request, bool on);
   void save_drained() const;
@@ -189,6 +195,11 @@ class Arbiter final : public TenantApi, public AdminApi {
   std::vector<std::unique_ptr<Gpu>> gpus_;
   std::vector<GpuInfo> gpu_info_;   // the GPUs it manages ([node] gpus, or all)
   std::vector<GpuInfo> node_gpus_;  // every GPU NVML lists, for the hook's device names
+  // Bytes every shim charges per context: [shim] context_overhead, or measured at start.
+  uint64_t context_overhead_ = 0;
+  ContextOverheads context_overheads_;
+  // Keys the control slots' owner words (slot_owner.h); kept across restarts in the state file.
+  SlotKey slot_key_{};
   std::map<pid_t, Process> processes_;
   std::unique_ptr<TenantServer> tenants_;
   std::unique_ptr<AdminServer> admin_;

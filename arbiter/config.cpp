@@ -655,8 +655,9 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
       } else if (k == "context_overhead") {
         std::string text;
         common::ParseError err;
-        if (!value_text(v, &text)) r.fail(v, key, "use a size (\"300Mi\") or 0");
-        if (text == "0") {
+        if (!value_text(v, &text)) r.fail(v, key, "use \"measure\", a size (\"544Mi\") or 0");
+        cfg.shim.measure_context_overhead = text == "measure";
+        if (text == "measure" || text == "0") {
           cfg.shim.context_overhead = 0;
         } else if (!common::parse_bytes(text, &cfg.shim.context_overhead, &err)) {
           r.fail(v, key, err.text);

@@ -42,12 +42,17 @@ struct EnforceConfig {
   // QUANTA_SOCKET). false: those variables are honoured everywhere.
   bool enforce = true;
   UnplacedAction unplaced = UnplacedAction::kClosedIfCapped;
-  OverCapAction over_cap = OverCapAction::kReport;
+  // What holds a cap against a pod that lies about its usage (its ledger words are its own
+  // to write): NVML's per-process count, acted on at each sample.
+  OverCapAction over_cap = OverCapAction::kKill;
 };
 
 // Settings the arbiter hands every shim in its Welcome.
 struct ShimConfig {
-  uint64_t context_overhead = 300ull << 20;  // bytes charged per CUDA context
+  // Bytes charged per CUDA context: measured on the node's GPUs at start
+  // (context_overhead.h) unless the config gives a size.
+  bool measure_context_overhead = true;
+  uint64_t context_overhead = 0;
   bool count_managed = true;                 // cuMemAllocManaged counts against the cap
 };
 

@@ -21,6 +21,7 @@ using UuidFn = int (*)(Device, char*, unsigned);
 using MigCountFn = int (*)(Device, unsigned*);
 using MigHandleFn = int (*)(Device, unsigned, Device*);
 using MinorFn = int (*)(Device, unsigned*);
+using NameFn = int (*)(Device, char*, unsigned);
 using ErrorStringFn = const char* (*)(int);
 
 template <typename F>
@@ -40,6 +41,7 @@ struct Nvml {
   MigCountFn mig_count = nullptr;
   MigHandleFn mig_handle = nullptr;
   MinorFn minor = nullptr;
+  NameFn model = nullptr;
   ErrorStringFn error_string = nullptr;
   std::string load_error;
 };
@@ -73,6 +75,7 @@ const Nvml& nvml() {
     n.mig_count = symbol<MigCountFn>(n.lib, "nvmlDeviceGetMaxMigDeviceCount");
     n.mig_handle = symbol<MigHandleFn>(n.lib, "nvmlDeviceGetMigDeviceHandleByIndex");
     n.minor = symbol<MinorFn>(n.lib, "nvmlDeviceGetMinorNumber");
+    n.model = symbol<NameFn>(n.lib, "nvmlDeviceGetName");
     n.error_string = symbol<ErrorStringFn>(n.lib, "nvmlErrorString");
     if (n.init == nullptr || n.count == nullptr || n.handle == nullptr || n.uuid == nullptr) {
       n.load_error = "libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID";
@@ -91,6 +94,12 @@ std::string failure(const Nvml& n, const char* what, int rc) {
   std::string text = std::string("NVML ") + what + " failed with code " + std::to_string(rc);
   if (n.error_string != nullptr) text += std::string(" (") + n.error_string(rc) + ")";
   return text;
+}
+
+std::string model_of(const Nvml& n, Device dev) {
+  char name[96] = {};
+  if (n.model == nullptr || n.model(dev, name, sizeof(name)) != 0) return "";
+  return name;
 }
 
 }  // namespace
@@ -121,6 +130,7 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
     gpu.uuid = buf;
     unsigned minor = 0;
     if (n.minor != nullptr && n.minor(dev, &minor) == 0) gpu.minor = static_cast<int>(minor);
+    gpu.model = model_of(n, dev);
     const bool top_level_mig = strncasecmp(buf, "MIG-", 4) == 0;
     const int minor_or_index = gpu.minor >= 0 ? gpu.minor : static_cast<int>(i);
     gpu.name = top_level_mig ? std::to_string(minor_or_index) + ":" +
@@ -140,6 +150,7 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
       instance.uuid = mbuf;
       instance.parent = gpu.uuid;
       instance.minor = gpu.minor;
+      instance.model = model_of(n, mig);
       add(instance);
     }
   }

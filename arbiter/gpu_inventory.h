@@ -20,6 +20,7 @@ struct GpuInfo {
   // instance (a driver listing instances at the top level gets "MINOR:K", K counting that
   // GPU's instances in order).
   std::string name;
+  std::string model;  // nvmlDeviceGetName ("NVIDIA H200", a MIG profile's own name); "" unknown
 };
 
 // Every GPU and MIG instance NVML lists, in NVML order (a GPU's MIG instances follow it).

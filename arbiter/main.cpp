@@ -15,6 +15,7 @@
 
 #include "arbiter/arbiter.h"
 #include "arbiter/config.h"
+#include "arbiter/context_overhead.h"
 #include "arbiter/cpu_priority.h"
 #include "arbiter/gpu_inventory.h"
 
@@ -98,7 +99,11 @@ int main(int argc, char** argv) {
                "and retry every 5 s instead of exiting");
   app.add_option("--log-level", level, "trace, debug, info, warn or error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  // The child the arbiter runs at start to measure a context's cost (context_overhead.h).
+  std::string measure_uuid;
+  app.add_option("--measure-context-overhead", measure_uuid)->group("");
   CLI11_PARSE(app, argc, argv);
+  if (!measure_uuid.empty()) return quanta::arbiter::measure_context_overhead_here(measure_uuid);
 
   try {
     if (config_path.empty()) {

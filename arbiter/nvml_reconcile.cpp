@@ -1,8 +1,10 @@
 // NVML's per-process view reconciled with the registry: every process NVML lists on a
 // managed GPU is either an admitted tenant, a process of a registered container that
 // bypassed the shim (attributed to its pod by cgroup), or unmanaged. A pod whose usage by
-// NVML's count passes its cap is reported, denied (its cap on that GPU is held at its
-// current usage, so further allocations fail) or killed, as [enforce] over_cap says.
+// NVML's count passes its cap (by more than over_cap_slack) is reported, denied (its cap on
+// that GPU drops to one byte, so every further allocation through the shim fails) or
+// killed, as [enforce] over_cap says. NVML's count decides, never the pod's ledger words,
+// which the pod's own processes write.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -17,6 +19,13 @@
 
 namespace quanta::arbiter {
 namespace {
+
+// What NVML may show above a cap before the pod counts as over it: allocations the driver
+// rounds up to its page size, and the code and stacks of the modules a context loads,
+// which no ledger charge sees.
+uint64_t over_cap_slack(uint64_t cap) {
+  return std::max<uint64_t>(32ull << 20, cap / 32);
+}
 
 std::string command_of(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
@@ -73,7 +82,9 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
     std::set<std::string> over;
     for (const auto& [key, bytes] : gpu.pod_nvml_bytes) {
       const common::Policy policy = pods_.resolve_policy(key);
-      if (policy.memory_limit != 0 && bytes > policy.memory_limit) over.insert(key);
+      if (policy.memory_limit != 0 &&
+          bytes > policy.memory_limit + over_cap_slack(policy.memory_limit))
+        over.insert(key);
     }
     for (const std::string& key : over) {
       const uint64_t cap = pods_.resolve_policy(key).memory_limit;
@@ -91,8 +102,7 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
         case OverCapAction::kDeny: {
           Pod* pod = pods_.find_key(key);
           if (pod == nullptr || pod->denied_caps.count(gpu.index) != 0) break;
-          const uint64_t used = pod->region->memory_used[gpu.index].load();
-          pod->denied_caps[gpu.index] = std::max<uint64_t>(1, std::min(used, cap));
+          pod->denied_caps[gpu.index] = 1;
           for (const auto& [slot, pid] : gpu.slot_pids) {
             const Process& proc = processes_.at(pid);
             if (proc.pod_index == pod->index) fill_slot(gpu, slot, proc, *pod);

@@ -103,10 +103,12 @@ std::string PodRegistry::registration_bound_error(const Registration& r) {
   for (const Bound& b : {
            Bound{in_pod, [&](const Registration& o) { return o.pod_key() == key; },
                  kMaxRegistrationsPerPod, "pod " + key},
-           Bound{in_namespace, [&](const Registration& o) { return namespace_of(o.pod_key()) == ns; },
+           Bound{in_namespace,
+                 [&](const Registration& o) { return namespace_of(o.pod_key()) == ns; },
                  kMaxRegistrationsPerNamespace,
                  "namespace " + (ns.empty() ? std::string("(none)") : ns)},
-           Bound{in_node, [](const Registration&) { return true; }, kMaxRegistrations, "this node"}}) {
+           Bound{in_node, [](const Registration&) { return true; }, kMaxRegistrations,
+                 "this node"}}) {
     if (b.count() < b.most) continue;
     // At the bound: the dead registrations in its way make room first.
     for (auto it = registrations_.begin(); it != registrations_.end();) {
@@ -459,9 +461,11 @@ std::string PodRegistry::state_file() const {
   return config_.state_dir + "/" + config_.scope + ".state.json";
 }
 
-void PodRegistry::set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus) {
+void PodRegistry::set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus,
+                                  std::string slot_key) {
   generation_ = generation;
   gpus_ = std::move(gpus);
+  slot_key_ = std::move(slot_key);
 }
 
 SavedState PodRegistry::load_state() {
@@ -501,6 +505,7 @@ void PodRegistry::save_state() const {
     p.claimed_from = pod.claimed_from;
   }
   s.gpus = gpus_;
+  s.slot_key = slot_key_;
   std::error_code ec;
   std::filesystem::create_directories(config_.state_dir, ec);
   const std::string tmp = state_file() + ".tmp";

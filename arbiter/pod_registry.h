@@ -34,7 +34,7 @@ struct Pod {
   std::bitset<common::kMaxProcsPerPod> entries;  // process entries in use
   std::set<pid_t> pids;                          // admitted processes
   // GPUs where NVML showed the pod above its cap and over_cap = deny: the cap its slots
-  // carry there instead of the policy's (its usage when it was denied).
+  // carry there instead of the policy's (one byte: nothing more is allocated there).
   std::map<uint32_t, uint64_t> denied_caps;
   uint32_t processes() const { return static_cast<uint32_t>(entries.count()); }
 };
@@ -124,8 +124,10 @@ class PodRegistry {
   // folder, truncated, edited, replaced): a restart would then lose the pods' regions, so
   // the heartbeat writes it again at once.
   bool state_file_changed() const;
-  // What the arbiter adds to every save: its generation and its control regions.
-  void set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus);
+  // What the arbiter adds to every save: its generation, its control regions and the key
+  // of their owner words (slot_owner.h).
+  void set_node_record(uint64_t generation, std::map<uint32_t, SavedGpu> gpus,
+                       std::string slot_key);
   // Where a save sends a descriptor of the file it replaced, the last reference to it.
   // Freeing a file's blocks can wait for the disk (on a filesystem mounted with discard the
   // kernel trims them before the unlink returns), so the arbiter closes it on another
@@ -164,6 +166,7 @@ class PodRegistry {
   std::map<uint32_t, Pod> pods_;
   uint64_t generation_ = 0;
   std::map<uint32_t, SavedGpu> gpus_;
+  std::string slot_key_;
   // The state file as the last save left it (all zeros: absent).
   struct FileStamp {
     uint64_t dev = 0, ino = 0, size = 0, mtime_ns = 0;

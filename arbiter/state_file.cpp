@@ -174,6 +174,13 @@ SavedState parse_state(std::string_view text, std::vector<std::string>* warnings
       }
     }
   }
+  if (root.contains("slot_key")) {
+    try {
+      out.slot_key = string_field(root, "slot_key");
+    } catch (const std::exception& e) {
+      warnings->push_back("slot_key: " + what(e));
+    }
+  }
   return out;
 }
 
@@ -202,6 +209,7 @@ std::string render_state(const SavedState& state,
   for (const auto& [index, g] : state.gpus) {
     j["gpus"][std::to_string(index)] = {{"uuid", g.uuid}, {"inode", g.inode}};
   }
+  if (!state.slot_key.empty()) j["slot_key"] = state.slot_key;
   // The rest of the file, then the registrations spliced in first, one line each.
   const std::string rest = j.dump(2, ' ', false, json::error_handler_t::replace);
   size_t size = rest.size() + 64;

@@ -1,7 +1,7 @@
 // The arbiter's state file (<state_dir>/<scope>.state.json): registrations, live policy
-// overrides, the generation, and for each pod region and control region what a restarted
-// arbiter needs to find it again in its tenants' mappings (inode, recovery tag, the pids
-// that map it, the cgroup that claimed it). Parsing is pure and entry by entry: a
+// overrides, the generation, the key of the control slots' owner words, and for each pod
+// region and control region what a restarted arbiter needs to find it again in its
+// tenants' mappings (inode, recovery tag, the pids that map it, the cgroup that claimed it). Parsing is pure and entry by entry: a
 // malformed entry is dropped with a warning and every other entry kept (fuzzed).
 #pragma once
 
@@ -40,6 +40,7 @@ struct SavedState {
   std::map<std::string, std::map<std::string, std::string>> overrides;
   std::map<uint32_t, SavedPod> pods;  // by pod region index
   std::map<uint32_t, SavedGpu> gpus;  // by GPU index
+  std::string slot_key;               // the control slots' owner key (slot_owner.h), hex
   bool operator==(const SavedState&) const = default;
 };
 

@@ -350,6 +350,7 @@ void TenantServer::handle_attach(Connection& conn, const TenantMessage& request)
   auto m = make_message<common::AttachedMessage>(MessageType::kAttached);
   m.gpu_index = a.gpu_index;
   m.slot = a.slot;
+  m.owner = a.owner;
   m.memory_cap = a.memory_cap;
   const bool send_fd = a.control_fd >= 0 && conn.control_sent.count(a.gpu_index) == 0;
   m.fd_attached = send_fd ? 1 : 0;

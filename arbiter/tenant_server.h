@@ -47,6 +47,7 @@ struct Attachment {
   int control_fd =
       -1;  // borrowed: the GPU's control region (sent once per connection); -1 for an observer
   uint64_t memory_cap = 0;  // the pod's cap on that GPU (observers' views)
+  uint32_t owner = 0;       // the slot's owner word (ControlSlot::owner); 0 for an observer
 };
 
 // The arbiter as the tenant server sees it.

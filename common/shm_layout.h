@@ -1,6 +1,8 @@
 // Shared-memory layout between quanta-arbiter and libquanta.so: the per-GPU control
-// region (arbiter writes, tenants map it read-only) and the per-pod region (the pod's
-// processes write requests, releases, statistics and ledger words). Both are sealed
+// region (arbiter writes, every tenant on the GPU maps it read-only, so it holds only what
+// the gate needs: turns, an opaque owner word per slot, the holder's quantum end) and the
+// per-pod region (the pod's processes write requests, releases, statistics and ledger
+// words; the arbiter writes the pod's caps and each process's quantum there). Both are sealed
 // memfds passed over the tenant socket (arbiter/regions.h). Fixed layout, magic and
 // version first; every field has one writer. Freestanding: no heap, no std::string.
 #pragma once
@@ -11,7 +13,9 @@
 
 namespace quanta::common {
 
-constexpr uint32_t kLayoutVersion = 2;
+// 3: per-slot pids, pod and process indexes, caps, quanta and priorities left the control
+// region (the owner word and the pod region's caps and GateLimits replace them).
+constexpr uint32_t kLayoutVersion = 3;
 constexpr uint32_t kControlMagic = 0x4354514eu;  // "NQTC"
 constexpr uint32_t kPodMagic = 0x4450514eu;      // "NQPD"
 
@@ -48,21 +52,17 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 //    the same state, so the order of the two never matters.
 struct alignas(64) ControlSlot {
   std::atomic<uint32_t> turn;
-  std::atomic<uint32_t> pid;          // host pid admitted here; 0 = slot free
-  std::atomic<uint32_t> pod_index;    // which pod region (arbiter's table)
-  std::atomic<uint32_t> proc_index;   // entry in that pod region's process table
-  std::atomic<uint64_t> memory_cap;   // bytes for the whole pod on this GPU; 0 = no cap
-  std::atomic<uint64_t> quantum_ns;   // this slot's current quantum
-  std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued (binds below quantum_ns)
-  std::atomic<uint32_t> priority;     // common::Priority, informational for the tenant
-  uint32_t reserved0;
+  // Whose slot it is: a word the arbiter derives from the process and a secret of its own
+  // (arbiter/slot_owner.h) and sends the process in its Attached reply; 0 = slot free. A
+  // process whose owner word no longer matches has lost the slot. To others it says only
+  // that the slot is in use: no pid, pod or policy of any tenant is in this region.
+  std::atomic<uint32_t> owner;
   // When the holder's quantum ends while a waiter of its class waits (CLOCK_MONOTONIC ns;
   // 0: nothing to end). Cleared before every grant and revoke of the slot.
   std::atomic<uint64_t> end_at_ns;
-  uint32_t reserved[2];
+  uint64_t reserved[6];
 };
 static_assert(sizeof(ControlSlot) == 64);
-static_assert(offsetof(ControlSlot, end_at_ns) == 48, "a word of the old padding, 8-aligned");
 
 struct alignas(64) ControlHeader {
   uint32_t magic;
@@ -109,10 +109,23 @@ struct alignas(64) GateChannel {
 };
 static_assert(sizeof(GateChannel) == 64);
 
+// What the arbiter sets for one process on one GPU. Written only by the arbiter; the pod's
+// processes read it (a process that rewrites its own limits only loosens its own restraint:
+// the arbiter revokes by its own clock).
+struct alignas(32) GateLimits {
+  std::atomic<uint32_t> slot;               // its ControlSlot on this GPU; kNoSlot = none
+  uint32_t reserved0;
+  std::atomic<uint64_t> quantum_ns;         // its current quantum
+  std::atomic<uint64_t> inflight_limit_ns;  // GPU time it may keep queued (binds below quantum_ns)
+  uint64_t reserved1;
+};
+static_assert(sizeof(GateLimits) == 32);
+
 struct alignas(64) ProcEntry {
   std::atomic<uint32_t> pid;   // written by the arbiter at admission (cleared at death)
   uint32_t reserved[15];
   GateChannel gpus[kMaxGpus];
+  GateLimits limits[kMaxGpus];
 };
 
 struct alignas(64) PodHeader {
@@ -131,9 +144,13 @@ static_assert(sizeof(PodHeader) == 320, "the recovery tag fits in the header's p
 struct PodRegion {
   PodHeader header;
   // The pod ledger: bytes in use per GPU summed over all its processes. The shim
-  // reserves with a compare-and-swap against ControlSlot::memory_cap before every
-  // allocation, so concurrent processes can never overshoot.
+  // reserves with a compare-and-swap against memory_cap before every allocation, so
+  // concurrent processes can never overshoot.
   alignas(64) std::atomic<uint64_t> memory_used[kMaxGpus];
+  // The pod's cap per GPU in bytes (0 = no cap), written by the arbiter. Like the ledger it
+  // is the pod's to overwrite; NVML's per-process count, which no tenant can forge, holds
+  // the cap against a pod that does ([enforce] over_cap).
+  alignas(64) std::atomic<uint64_t> memory_cap[kMaxGpus];
   // Allocations the pod ledger refused at the cap, per GPU (the shim counts; only this
   // pod's metrics read it).
   alignas(64) std::atomic<uint64_t> alloc_denied[kMaxGpus];

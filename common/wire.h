@@ -98,7 +98,7 @@ struct AttachedMessage {
   uint32_t gpu_index;   // index into PodRegion::memory_used and ProcEntry::gpus
   uint32_t slot;        // this process's ControlSlot on that GPU; kNoSlot for an observer
   uint32_t fd_attached; // 1 when a control-region fd travels with this message
-  uint32_t reserved;
+  uint32_t owner;       // ControlSlot::owner while the slot is this process's; 0 for an observer
   uint64_t memory_cap;  // the pod's cap on that GPU when it was sent (observers' views)
 };
 

@@ -75,6 +75,9 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
   export LD_LIBRARY_PATH=$build/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export SIMGPU_STATE=simgpu-democ-$$ SIMGPU_LOG=$run/simgpu.log SIMGPU_MEMORY=16Gi
+  # Each context takes device memory as a real driver's does; the arbiter measures it at
+  # start and the shims charge it (the stand-in for NVIDIA's spec passes it to containers).
+  export SIMGPU_CONTEXT_MEMORY=300Mi
   gpu="simgpu (a simulated GPU; no NVIDIA driver on this machine)"
   sim=1
 fi

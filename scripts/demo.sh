@@ -26,6 +26,9 @@ if nvidia-smi -L >/dev/null 2>&1; then
 else
   export LD_LIBRARY_PATH=$build/sim${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   export SIMGPU_STATE=simgpu-demo-$$ SIMGPU_LOG=$run/simgpu.log SIMGPU_MEMORY=16Gi
+  # Each context takes device memory as a real driver's does; the arbiter measures it at
+  # start and the shims charge it.
+  export SIMGPU_CONTEXT_MEMORY=300Mi
   # A UUID of its own, so the trace reports this demo's GPU even beside other simgpu users.
   export SIMGPU_UUIDS=GPU-de300000-0000-4000-8000-00000000d3e0
   trace_gpu=(--gpu "$SIMGPU_UUIDS")

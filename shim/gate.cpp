@@ -139,7 +139,6 @@ inline bool granted(const Binding* binding, uint32_t turn) {
 bool gate_slow(Binding* binding, const Route* route) {
   const uint64_t begin = monotonic_ns();
   DTRACE_PROBE2(quanta, gate_wait_begin, route->gpu_index, route->slot_index);
-  const uint32_t pid = g_process.pid.load(std::memory_order_relaxed);
   binding->gate_waiting.fetch_add(1, std::memory_order_seq_cst);
   for (;;) {
     const Route* current = binding->route.load(std::memory_order_acquire);
@@ -150,7 +149,7 @@ bool gate_slow(Binding* binding, const Route* route) {
     mark_outside(binding);
     const uint64_t now = monotonic_ns();
     const bool passing =
-        lease_stale(route->control, now) || route->slot->pid.load(std::memory_order_relaxed) != pid;
+        lease_stale(route->control, now) || !owns_slot(route);
     if (passing && g_process.denied.load(std::memory_order_acquire)) {
       binding->gate_waiting.fetch_sub(1, std::memory_order_seq_cst);
       return false;
@@ -166,7 +165,7 @@ bool gate_slow(Binding* binding, const Route* route) {
       mark_inside(binding);
       break;
     }
-    if (route->slot->pid.load(std::memory_order_relaxed) != pid) {
+    if (!owns_slot(route)) {
       mark_inside(binding);  // not ours now: ungated
       break;
     }
@@ -291,9 +290,7 @@ GateTry enter(CUcontext context, bool may_wait) {
   mark_outside(binding);
   if (!may_wait) {
     // As the slow path would: the lease lapsed, or the slot is no longer this process's.
-    const bool passing = lease_stale(route->control, monotonic_ns()) ||
-                         route->slot->pid.load(std::memory_order_relaxed) !=
-                             g_process.pid.load(std::memory_order_relaxed);
+    const bool passing = lease_stale(route->control, monotonic_ns()) || !owns_slot(route);
     if (passing && g_process.denied.load(std::memory_order_acquire) == 0) {
       mark_inside(binding);
       return GateTry::kPassed;

@@ -22,6 +22,7 @@ namespace quanta::shim {
 using common::ControlRegion;
 using common::ControlSlot;
 using common::GateChannel;
+using common::GateLimits;
 using common::kMaxGpus;
 using common::kNsPerMs;
 using common::kNsPerSec;
@@ -99,9 +100,11 @@ struct Route {
   const ControlRegion* control;
   const ControlSlot* slot;
   GateChannel* channel;
+  const GateLimits* limits;  // the arbiter's quantum and in-flight limit for it (pod region)
   PodRegion* pod;
   uint32_t gpu_index;
   uint32_t slot_index;
+  uint32_t owner;  // ControlSlot::owner while the slot is this process's
   uint32_t ledger_epoch;  // MemoryAccount::epoch of this route's ledger words
   uint32_t entry_made;    // Process::entries_made when the route was made
 };
@@ -263,6 +266,12 @@ inline bool lease_stale(const ControlRegion* control, uint64_t now) {
   return now > heartbeat && now - heartbeat > lease;
 }
 
+// Whether the route's slot is still this process's (the arbiter frees a slot, and may give
+// it to another process, when it takes this one for dead).
+inline bool owns_slot(const Route* route) {
+  return route->slot->owner.load(std::memory_order_relaxed) == route->owner;
+}
+
 inline uint64_t coarse_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
@@ -299,11 +308,11 @@ void publish_pending_launches(uint32_t index);
 void stamp_launch(Binding* binding, const Route* route, uint32_t index, uint64_t tick);
 void activity_reset_in_child();
 
-// In-flight limit (the arbiter's ControlSlot::inflight_limit_ns, below the quantum while an
+// In-flight limit (the arbiter's GateLimits::inflight_limit_ns, below the quantum while an
 // interactive pod is active on this GPU for a non-interactive tenant): 0 when it does not bind.
 inline uint64_t binding_limit(const Route* route) {
-  const uint64_t limit = route->slot->inflight_limit_ns.load(std::memory_order_relaxed);
-  const uint64_t quantum = route->slot->quantum_ns.load(std::memory_order_relaxed);
+  const uint64_t limit = route->limits->inflight_limit_ns.load(std::memory_order_relaxed);
+  const uint64_t quantum = route->limits->quantum_ns.load(std::memory_order_relaxed);
   return limit != 0 && limit < quantum ? limit : 0;
 }
 // Launchers: before the gate, waits (not marked inside, so a revoke is never held up) until

@@ -35,16 +35,18 @@ std::atomic<uint32_t> g_routes_used{0};
 std::atomic<uint32_t> g_atfork_registered{0};
 
 Route* new_route(const ControlRegion* control, PodRegion* pod, uint32_t proc_index,
-                 uint32_t gpu_index, uint32_t slot_index, uint32_t ledger_epoch) {
+                 uint32_t gpu_index, uint32_t slot_index, uint32_t owner, uint32_t ledger_epoch) {
   const uint32_t at = g_routes_used.fetch_add(1, std::memory_order_relaxed);
   if (at >= static_cast<uint32_t>(kMaxRoutes)) return nullptr;
   Route* route = &g_routes[at];
   route->control = control;
   route->slot = &control->slots[slot_index];
   route->channel = &pod->procs[proc_index].gpus[gpu_index];
+  route->limits = &pod->procs[proc_index].limits[gpu_index];
   route->pod = pod;
   route->gpu_index = gpu_index;
   route->slot_index = slot_index;
+  route->owner = owner;
   route->ledger_epoch = ledger_epoch;
   route->entry_made = g_process.entries_made.load(std::memory_order_relaxed);
   return route;
@@ -54,7 +56,7 @@ MemoryAccount account_of(const Route* route) {
   MemoryAccount account;
   account.pod_used = &route->pod->memory_used[route->gpu_index];
   account.process_used = &route->channel->memory_used;
-  account.cap = &route->slot->memory_cap;
+  account.cap = &route->pod->memory_cap[route->gpu_index];
   account.denied = &route->pod->alloc_denied[route->gpu_index];
   account.epoch = route->ledger_epoch;
   return account;
@@ -323,7 +325,8 @@ AttachOutcome attach_locked(Binding* binding) {
   }
   const common::AttachedMessage& attached = reply.attached;
   if (reply.header.type != common::MessageType::kAttached || attached.gpu_index >= kMaxGpus ||
-      attached.slot >= common::kMaxSlotsPerGpu || (attached.fd_attached != 0) != (fd_count == 1)) {
+      attached.slot >= common::kMaxSlotsPerGpu || attached.owner == 0 ||
+      (attached.fd_attached != 0) != (fd_count == 1)) {
     close_all(fds, fd_count);
     QUANTA_LOG_WARN("the arbiter's reply to attaching %s is malformed: launches on it run ungated",
                     binding->uuid);
@@ -364,13 +367,15 @@ AttachOutcome attach_locked(Binding* binding) {
                            current->gpu_index == attached.gpu_index && current->channel == channel &&
                            current->entry_made ==
                                g_process.entries_made.load(std::memory_order_relaxed);
-  if (same_ledger && current->control == mapping.region && current->slot_index == attached.slot)
+  if (same_ledger && current->control == mapping.region && current->slot_index == attached.slot &&
+      current->owner == attached.owner)
     return AttachOutcome::kAttached;
   const uint32_t epoch = !current      ? 1
                          : same_ledger ? current->ledger_epoch
                                        : current->ledger_epoch + 1;
   Route* route =
-      new_route(mapping.region, pod, proc_index, attached.gpu_index, attached.slot, epoch);
+      new_route(mapping.region, pod, proc_index, attached.gpu_index, attached.slot,
+                attached.owner, epoch);
   if (!route) {
     QUANTA_LOG_WARN("too many arbiter restarts to remap %s again: keeping the previous mapping",
                     binding->uuid);

@@ -208,7 +208,8 @@ TEST(Config, ShippedConfigLoads) {
   EXPECT_FALSE(c.allow_unregistered);
   EXPECT_EQ(c.scheduler.quantum_ns, 20'000'000u);
   EXPECT_TRUE(c.enforce.enforce);
-  EXPECT_EQ(c.shim.context_overhead, 300u << 20);
+  EXPECT_TRUE(c.shim.measure_context_overhead);
+  EXPECT_EQ(c.enforce.over_cap, OverCapAction::kKill) << "the shipped node must hold a cap against a pod that lies";
 }
 
 TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
@@ -234,14 +235,15 @@ TEST(Config, EnforceShimAndMetricsSectionsParseAndRefuseBadValues) {
   EXPECT_EQ(c.enforce.unplaced, UnplacedAction::kClosed);
   EXPECT_EQ(c.enforce.over_cap, OverCapAction::kKill);
   EXPECT_EQ(c.shim.context_overhead, 64u << 20);
+  EXPECT_FALSE(c.shim.measure_context_overhead);
   EXPECT_FALSE(c.shim.count_managed);
   EXPECT_EQ(c.metrics.listen, "127.0.0.1:0");
 
   NodeConfig d = parse_config("", "test.toml");
   EXPECT_TRUE(d.enforce.enforce);
   EXPECT_EQ(d.enforce.unplaced, UnplacedAction::kClosedIfCapped);
-  EXPECT_EQ(d.enforce.over_cap, OverCapAction::kReport);
-  EXPECT_EQ(d.shim.context_overhead, 300u << 20);
+  EXPECT_EQ(d.enforce.over_cap, OverCapAction::kKill);
+  EXPECT_TRUE(d.shim.measure_context_overhead);
   EXPECT_TRUE(d.metrics.listen.empty());
 
   std::string e = refusal("[enforce]\nunplaced = \"maybe\"\n");

@@ -317,6 +317,7 @@ struct ChildReport {
   uint32_t pod_index = 0;
   uint32_t proc_index = 0;
   uint32_t slot = 0;
+  uint32_t owner = 0;  // the slot's owner word its Attached reply gave
   uint32_t gpu_index = 0;
   char reason[256] = {};
 };
@@ -406,6 +407,7 @@ class ChildTenant {
       }
       auto attached = at.as<common::AttachedMessage>();
       last.slot = attached.slot;
+      last.owner = attached.owner;
       last.gpu_index = attached.gpu_index;
       // Like libquanta.so: the control region stays mapped (read-only) for the process's life.
       if (at.type() == MessageType::kAttached && !at.fds.empty())

@@ -52,8 +52,9 @@ TEST(ArbiterDaemon, AdmitsTenantAndPassesRegionsByDescriptor) {
   ASSERT_NE(control, nullptr);
   EXPECT_EQ(control->header.magic, common::kControlMagic);
   EXPECT_STREQ(control->header.uuid, uuids[1].c_str());
-  EXPECT_EQ(control->slots[attached.slot].pid.load(), static_cast<uint32_t>(getpid()));
-  EXPECT_EQ(control->slots[attached.slot].pod_index.load(), welcome.pod_index);
+  EXPECT_NE(attached.owner, 0u);
+  EXPECT_EQ(control->slots[attached.slot].owner.load(), attached.owner);
+  EXPECT_EQ(pod->procs[welcome.proc_index].limits[1].slot.load(), attached.slot);
 
   // A second attach of the same GPU on this connection keeps the slot, sends no fd.
   send_message(conn.get(), attach(uuids[1]));
@@ -102,7 +103,10 @@ TEST(ArbiterDaemon, RegisteredContainerIsAdmittedByCgroupWithItsPolicy) {
   Packet a = receive(conn.get());
   ASSERT_EQ(a.type(), MessageType::kAttached);
   auto* control = map_fd<common::ControlRegion>(a.fds[0], false);
-  EXPECT_EQ(control->slots[a.as<common::AttachedMessage>().slot].memory_cap.load(), 1ull << 30);
+  ASSERT_NE(control, nullptr);
+  auto* pod = d.pod(w.as<common::WelcomeMessage>().pod_index);
+  ASSERT_NE(pod, nullptr);
+  EXPECT_EQ(pod->memory_cap[0].load(), 1ull << 30);
   json t = d.tenant_status(getpid());
   EXPECT_EQ(t["weight"], 7);
   EXPECT_EQ(t["pod"], "prod/web");
@@ -222,7 +226,7 @@ TEST(ArbiterDaemon, KilledHolderLosesGrantWithin50msAndItsMemoryReturns) {
   uint64_t took = common::monotonic_ns() - killed;
   EXPECT_LT(took, 50 * kNsPerMs) << "grant moved on after " << took / 1000 << " us";
   EXPECT_FALSE(holds(control, h.slot));
-  EXPECT_EQ(control->slots[h.slot].pid.load(), 0u) << "the dead process's slot was not freed";
+  EXPECT_EQ(control->slots[h.slot].owner.load(), 0u) << "the dead process's slot was not freed";
   EXPECT_TRUE(wait_for([&] { return pod->memory_used[0].load() == 0; }, 1000))
       << "the dead process's memory was not returned to the pod ledger";
   EXPECT_EQ(control->header.holder.load(), o.slot);
@@ -287,8 +291,8 @@ TEST(ArbiterDaemon, RestartReadoptsLiveTenantsAndReclaimsTheDead) {
   ASSERT_NE(fresh, nullptr);
   EXPECT_EQ(fresh->header.arbiter_generation.load(), generation + 1);
   EXPECT_TRUE(holds(fresh, l.slot)) << "an odd turn is a grant the new arbiter keeps";
-  EXPECT_EQ(fresh->slots[l.slot].pid.load(), static_cast<uint32_t>(live.pid));
-  EXPECT_EQ(fresh->slots[x.slot].pid.load(), 0u) << "the dead tenant's slot was carried over";
+  EXPECT_EQ(fresh->slots[l.slot].owner.load(), l.owner) << "the live tenant's slot was not carried over";
+  EXPECT_EQ(fresh->slots[x.slot].owner.load(), 0u) << "the dead tenant's slot was carried over";
   EXPECT_GT(fresh->header.heartbeat_ns.load() + 1000 * kNsPerMs, common::monotonic_ns())
       << "gating must be back within a second";
   // The very same pod region (found through the live tenant's mapping), ledger intact.
@@ -436,8 +440,9 @@ TEST(ArbiterDaemon, SetChangesPolicyOfRunningPodLive) {
                      {"pod", "pod-live"},
                      {"values", {{"weight", "9"}, {"memory-limit", "2Gi"}}}});
   ASSERT_TRUE(ok["ok"].get<bool>()) << ok.dump();
-  auto* control = d.control(0);
-  EXPECT_EQ(control->slots[r.slot].memory_cap.load(), 2ull << 30);
+  auto* pod = d.pod(r.pod_index);
+  ASSERT_NE(pod, nullptr);
+  EXPECT_EQ(pod->memory_cap[0].load(), 2ull << 30);
   EXPECT_EQ(d.tenant_status(t.pid)["weight"], 9);
   json bad = d.admin({{"cmd", "set"}, {"pod", "pod-live"}, {"values", {{"priority", "urgent"}}}});
   EXPECT_FALSE(bad["ok"].get<bool>());

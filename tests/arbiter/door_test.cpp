@@ -174,7 +174,7 @@ TEST(StateFile, NamesThatAreNotUtf8NeverStopASave) {
 }
 
 std::vector<GpuInfo> two_gpus_with_a_mig() {
-  return {GpuInfo{"GPU-a", "", 0, "0"}, GpuInfo{"MIG-a1", "GPU-a", 0, "0:0"}, GpuInfo{"GPU-b", "", 1, "1"}};
+  return {GpuInfo{"GPU-a", "", 0, "0", ""}, GpuInfo{"MIG-a1", "GPU-a", 0, "0:0", ""}, GpuInfo{"GPU-b", "", 1, "1", ""}};
 }
 
 TEST(DeviceAccess, ARegistrationsListGrantsGpusAndTheirMigInstances) {

@@ -214,9 +214,9 @@ TEST_P(OverCap, APodOverItsCapByNvmlsCountIsActedOnAsTheNodeSays) {
   ASSERT_TRUE(cg.add(member.pid));
   ChildReport m = member.command('H');
   ASSERT_EQ(m.type, static_cast<uint32_t>(MessageType::kAttached)) << m.reason;
-  auto* control = d.control(0);
-  ASSERT_NE(control, nullptr);
-  ASSERT_EQ(control->slots[m.slot].memory_cap.load(), 64ull << 20);
+  auto* pod = d.pod(m.pod_index);
+  ASSERT_NE(pod, nullptr);
+  ASSERT_EQ(pod->memory_cap[0].load(), 64ull << 20);
   // A process of the same container that bypassed the shim and took twice the cap.
   Bypass rogue(d, &cg, {"alloc", "--bytes", "128Mi", "--count", "1", "--hold-ms", "8000"});
   if (action == "report") {
@@ -232,12 +232,12 @@ TEST_P(OverCap, APodOverItsCapByNvmlsCountIsActedOnAsTheNodeSays) {
         << "the pod over its cap was not reported";
     EXPECT_EQ(rogue.wait(0), -1) << "report must not kill";
   } else if (action == "deny") {
-    EXPECT_TRUE(wait_for([&] { return control->slots[m.slot].memory_cap.load() == 1; }, 5000))
-        << "the pod's cap was not held at its usage: " << control->slots[m.slot].memory_cap.load();
+    EXPECT_TRUE(wait_for([&] { return pod->memory_cap[0].load() == 1; }, 5000))
+        << "the pod's cap was not held: " << pod->memory_cap[0].load();
     kill(rogue.pid, SIGKILL);
     rogue.wait(2000);
     EXPECT_TRUE(
-        wait_for([&] { return control->slots[m.slot].memory_cap.load() == (64ull << 20); }, 5000))
+        wait_for([&] { return pod->memory_cap[0].load() == (64ull << 20); }, 5000))
         << "the cap did not come back once the pod was under it";
   } else {
     const int status = rogue.wait(5000);
@@ -248,6 +248,76 @@ TEST_P(OverCap, APodOverItsCapByNvmlsCountIsActedOnAsTheNodeSays) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ArbiterEnforce, OverCap, ::testing::Values("report", "deny", "kill"));
+
+// The node's default holds a cap against a pod that lies about its usage. Its ledger words
+// are its own to write: here the pod writes its ledger down to 0 and one of its processes
+// takes four times the cap. NVML's count decides, and with no [enforce] table at all the
+// process is killed within a few samples (nvml_interval, 1 s by default).
+TEST(EnforceTest, APodThatWritesItsLedgerDownIsKilledByTheNodesDefault) {
+  Daemon d;
+  d.start();
+  const std::string uuid = d.uuids()[0];
+  TestCgroup cg(unique("liar"));
+  if (!cg.ok()) GTEST_SKIP() << "no writable cgroup v2";
+  ASSERT_TRUE(
+      register_pod(d, "c-liar", "prod", "liar", cg.path(), {{"memory-limit", "64Mi"}})["ok"]);
+  ChildTenant member(d, "", uuid);
+  ASSERT_TRUE(cg.add(member.pid));
+  ChildReport m = member.command('H');
+  ASSERT_EQ(m.type, static_cast<uint32_t>(MessageType::kAttached)) << m.reason;
+  common::PodRegion* region = d.pod(m.pod_index);
+  ASSERT_NE(region, nullptr);
+  Bypass liar(d, &cg, {"alloc", "--bytes", "256Mi", "--count", "1", "--hold-ms", "20000"});
+  const uint64_t start = common::monotonic_ns();
+  int status = -1;
+  while (status == -1 && common::monotonic_ns() - start < 8 * common::kNsPerSec) {
+    region->memory_used[m.gpu_index].store(0);  // the lie, kept up
+    status = liar.wait(50);
+  }
+  EXPECT_TRUE(status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "a pod that wrote its ledger down kept four times its cap under the node's default";
+  EXPECT_TRUE(d.alive());
+  EXPECT_EQ(d.admin({{"cmd", "status"}})["enforce"]["over_cap"], "kill");
+}
+
+// An honest pod at its cap is never taken for a liar: with the slack, a pod whose NVML
+// count is its cap plus the driver's rounding stays untouched under the default.
+TEST(EnforceTest, APodAtItsCapByNvmlsCountIsLeftAlone) {
+  Daemon d("nvml_interval = \"100ms\"\n");
+  d.start();
+  const std::string uuid = d.uuids()[0];
+  TestCgroup cg(unique("honest"));
+  if (!cg.ok()) GTEST_SKIP() << "no writable cgroup v2";
+  ASSERT_TRUE(
+      register_pod(d, "c-honest", "prod", "honest", cg.path(), {{"memory-limit", "64Mi"}})["ok"]);
+  // 64 MiB and 16 MiB the ledger never saw (a module's code, the driver's rounding).
+  Bypass honest(d, &cg, {"alloc", "--bytes", "80Mi", "--count", "1", "--hold-ms", "3000"});
+  const int status = honest.wait(6000);
+  EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "a pod within its cap's slack was acted on (status " << status << ")";
+}
+
+// What a context costs is measured on the node's own GPUs when the arbiter starts, so the
+// ledger charges what NVML will count; a size in the config overrides it.
+TEST(ContextOverhead, IsMeasuredOnTheNodesGpusAtStart) {
+  Daemon d;
+  d.set_env("SIMGPU_CONTEXT_MEMORY", "518Mi");
+  d.start();
+  const json overhead = d.admin({{"cmd", "status"}})["context_overhead"];
+  EXPECT_EQ(overhead["source"], "measured") << overhead;
+  EXPECT_EQ(overhead["bytes"], 518ull << 20) << overhead;
+  ASSERT_EQ(overhead["measured"].size(), 1u) << "one model, measured once: " << overhead;
+  EXPECT_FALSE(overhead.contains("errors")) << overhead;
+}
+
+TEST(ContextOverhead, AConfiguredSizeIsChargedAsGiven) {
+  Daemon d("[shim]\ncontext_overhead = \"64Mi\"\n");
+  d.set_env("SIMGPU_CONTEXT_MEMORY", "518Mi");
+  d.start();
+  const json overhead = d.admin({{"cmd", "status"}})["context_overhead"];
+  EXPECT_EQ(overhead["source"], "config") << overhead;
+  EXPECT_EQ(overhead["bytes"], 64ull << 20) << overhead;
+}
 
 }  // namespace
 }  // namespace quanta::arbiter

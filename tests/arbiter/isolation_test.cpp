@@ -54,7 +54,7 @@ TEST(ArbiterIsolation, RootTenantCannotMakeTheControlRegionWritableOrResizeIt) {
     EXPECT_EQ(p, MAP_FAILED) << "a writable mapping of the control region";
     if (p != MAP_FAILED) {
       auto* c = static_cast<common::ControlRegion*>(p);
-      c->slots[v.slot].memory_cap.store(1);  // what an attacker would do with it
+      c->slots[v.slot].owner.store(1);  // what an attacker would do with it: take the slot
     }
     const char byte = 1;
     EXPECT_LT(pwrite(rw.get(), &byte, 1, 64), 0) << "write(2) into the control region";
@@ -70,11 +70,56 @@ TEST(ArbiterIsolation, RootTenantCannotMakeTheControlRegionWritableOrResizeIt) {
   auto* control = d.control(0);
   ASSERT_NE(control, nullptr);
   EXPECT_TRUE(d.alive()) << "the arbiter died (SIGBUS from a truncated region)";
-  EXPECT_EQ(control->slots[v.slot].memory_cap.load(), 1ull << 30) << "another pod's cap changed";
+  EXPECT_EQ(control->slots[v.slot].owner.load(), v.owner) << "another pod's slot changed";
   victim.command('W');
   EXPECT_TRUE(wait_for([&] { return holds(control, v.slot); }, 3000)) << "gating stopped";
   w.close_fds();
   a.close_fds();
+}
+
+// Every tenant on a GPU maps its control region: it must learn nothing of its neighbours
+// there but that their slots are in use and when they hold the GPU. No pid, no pod or
+// process index, no cap, quantum or priority of another tenant is in any word of it.
+TEST(ArbiterIsolation, TheControlRegionTellsATenantNoNeighboursPidPodOrPolicy) {
+  Daemon d;
+  d.start();
+  const std::string uuid = d.uuids()[0];
+  ChildTenant neighbour(d, "pod-neighbour", uuid);
+  ChildTenant watcher(d, "pod-watcher", uuid);
+  ChildReport n = neighbour.command('H');
+  ChildReport w = watcher.command('H');
+  ASSERT_EQ(n.type, static_cast<uint32_t>(MessageType::kAttached)) << n.reason;
+  ASSERT_EQ(w.type, static_cast<uint32_t>(MessageType::kAttached)) << w.reason;
+  constexpr uint64_t kCap = 3ull << 30;
+  ASSERT_TRUE(d.admin({{"cmd", "set"},
+                       {"pod", "pod-neighbour"},
+                       {"values", {{"memory-limit", "3Gi"}, {"priority", "interactive"}}}})["ok"]);
+  neighbour.command('W');
+  auto* control = d.control(0);
+  auto* pod = d.pod(n.pod_index);
+  ASSERT_NE(control, nullptr);
+  ASSERT_NE(pod, nullptr);
+  ASSERT_TRUE(wait_for([&] { return holds(control, n.slot); }, 3000));
+  ASSERT_EQ(pod->memory_cap[0].load(), kCap) << "the cap lives in the pod's own region";
+  const uint64_t quantum = pod->procs[n.proc_index].limits[0].quantum_ns.load();
+  ASSERT_NE(quantum, 0u);
+
+  // Every aligned word of the region as any tenant maps it.
+  const auto* words32 = reinterpret_cast<const uint32_t*>(control);
+  const auto* words64 = reinterpret_cast<const uint64_t*>(control);
+  for (size_t i = 0; i < sizeof(common::ControlRegion) / 4; ++i) {
+    ASSERT_NE(words32[i], static_cast<uint32_t>(neighbour.pid)) << "the neighbour's pid at byte " << 4 * i;
+    ASSERT_NE(words32[i], static_cast<uint32_t>(watcher.pid)) << "the watcher's pid at byte " << 4 * i;
+  }
+  for (size_t i = 0; i < sizeof(common::ControlRegion) / 8; ++i) {
+    ASSERT_NE(words64[i], kCap) << "the neighbour's cap at byte " << 8 * i;
+    ASSERT_NE(words64[i], quantum) << "the neighbour's quantum at byte " << 8 * i;
+  }
+  // A slot in use holds its turn, an owner word and its quantum's end, and nothing else.
+  const common::ControlSlot& slot = control->slots[n.slot];
+  EXPECT_NE(slot.owner.load(), 0u);
+  for (uint64_t r : slot.reserved) EXPECT_EQ(r, 0u);
+  EXPECT_NE(control->slots[n.slot].owner.load(), control->slots[w.slot].owner.load());
 }
 
 TEST(ArbiterIsolation, RestartRecoversFromLeftoverBadOrForeignStateByItself) {

@@ -50,7 +50,7 @@ class CdiConsumerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "podman as root";
-    if (access("/usr/bin/podman", X_OK) != 0 || access("/usr/sbin/runc", X_OK) != 0) {
+    if (!podman_available()) {
       if (getenv("QUANTA_REQUIRE_E2E") != nullptr) FAIL() << "podman or runc is not installed";
       GTEST_SKIP() << "podman or runc is not installed (scripts/install-deps.sh installs them)";
     }
@@ -75,25 +75,11 @@ class CdiConsumerTest : public ::testing::Test {
                      int* code = nullptr, const std::vector<std::string>& global = {}) {
     std::error_code ec;
     fs::remove(world_->dir().file("captured.json"), ec);
-    const std::string d = world_->dir().path();
-    std::vector<std::string> argv = {"/usr/bin/podman", "--root", d + "/podman-root", "--runroot", d + "/podman-run",
-                                     "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
-                                     "--events-backend", "none", "--runtime", wrapper_};
-    argv.insert(argv.end(), global.begin(), global.end());
-    argv.insert(argv.end(), {"run", "--rm", "--network", "none", "--log-driver", "none"});
-    for (const std::string& dev : devices) argv.insert(argv.end(), {"--device", dev});
-    for (const std::string& a : annotations) argv.insert(argv.end(), {"--annotation", a});
-    argv.insert(argv.end(), {"--rootfs", rootfs_, "/bin/quanta-tenant", "--json", "info"});
-    integration::Env env;
-    for (char** p = environ; *p != nullptr; ++p) {
-      std::string text = *p;
-      const auto eq = text.find('=');
-      if (eq != std::string::npos) env[text.substr(0, eq)] = text.substr(eq + 1);
-    }
-    Child p = world_->spawn(argv, env);
-    const int rc = p.wait(120);
+    PodmanRun run{.devices = devices, .annotations = annotations, .env = {}, .global = global, .runtime = wrapper_};
+    std::string said;
+    const int rc = run_podman(*world_, rootfs_, run, {"/bin/quanta-tenant", "--json", "info"}, &said);
     if (code != nullptr) *code = rc;
-    return p.err();
+    return said;
   }
 
   json captured() const { return json::parse(read_text(world_->dir().file("captured.json")), nullptr, false); }

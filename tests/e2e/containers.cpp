@@ -170,6 +170,27 @@ void RuntimeTest::SetUp() {
     }
 }
 
+bool podman_available() {
+  return access("/usr/bin/podman", X_OK) == 0 && access("/usr/sbin/runc", X_OK) == 0;
+}
+
+int run_podman(const World& world, const std::string& rootfs, const PodmanRun& run,
+               const std::vector<std::string>& args, std::string* said) {
+  const std::string d = world.dir().path();
+  std::vector<std::string> argv = {"/usr/bin/podman", "--root", d + "/podman-root", "--runroot", d + "/podman-run",
+                                   "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs",
+                                   "--events-backend", "none", "--runtime", run.runtime};
+  argv.insert(argv.end(), run.global.begin(), run.global.end());
+  argv.insert(argv.end(), {"run", "--rm", "--network", "none", "--log-driver", "none"});
+  for (const std::string& dev : run.devices) argv.insert(argv.end(), {"--device", dev});
+  for (const std::string& a : run.annotations) argv.insert(argv.end(), {"--annotation", a});
+  for (const std::string& e : run.env) argv.insert(argv.end(), {"--env", e});
+  argv.insert(argv.end(), {"--rootfs", rootfs});
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::string out;
+  return run_command(argv, d, &out, said, 120);
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path);
   std::stringstream text;
@@ -198,12 +219,15 @@ json vendor_spec(const std::string& sim_state, const std::string& sim_log, const
   } else {
     device_edits["env"] = json::array({"E2E_VENDOR_DEVICE=0"});
   }
+  json env = json::array({"NVIDIA_VISIBLE_DEVICES=void", "SIMGPU_STATE=" + sim_state, "E2E_VENDOR_EDITS=1"});
+  // What a context costs on this simulated GPU, where the caller gives one: the driver's
+  // own property, so every process that uses the GPU sees the same.
+  if (const char* context = std::getenv("SIMGPU_CONTEXT_MEMORY")) env.push_back(std::string("SIMGPU_CONTEXT_MEMORY=") + context);
   json spec{
       {"cdiVersion", "0.5.0"},
       {"kind", kind},
       {"containerEdits",
-       {{"env",
-         json::array({"NVIDIA_VISIBLE_DEVICES=void", "SIMGPU_STATE=" + sim_state, "E2E_VENDOR_EDITS=1"})},
+       {{"env", env},
         {"mounts",
          json::array({
              {{"hostPath", driver + "/libcuda.so.1"},

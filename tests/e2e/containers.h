@@ -70,6 +70,19 @@ NodeInstall install_as_node(const World& world);
 // libstdc++ or libgcc_s anywhere. Returns the rootfs folder.
 std::string assemble_rootfs(const std::string& dir);
 
+// `podman run --rm` of `args` in `rootfs`, as root, with podman's storage under the world's
+// folder; its exit code, and its stderr in *said.
+struct PodmanRun {
+  std::vector<std::string> devices;      // --device
+  std::vector<std::string> annotations;  // --annotation KEY=VALUE
+  std::vector<std::string> env;          // --env KEY=VALUE
+  std::vector<std::string> global;       // podman's own options (--hooks-dir DIR)
+  std::string runtime = "/usr/sbin/runc";
+};
+bool podman_available();
+int run_podman(const World& world, const std::string& rootfs, const PodmanRun& run,
+               const std::vector<std::string>& args, std::string* said);
+
 struct ContainerSpec {
   std::string id;
   std::vector<std::string> args;  // the container's command

@@ -6,8 +6,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -42,22 +44,28 @@ std::map<std::string, std::string> crio_pod(const std::string& ns, const std::st
   return {{"io.kubernetes.cri-o.ContainerType", "container"}, {"io.kubernetes.cri-o.Labels", labels.dump()}};
 }
 
+// A node that registers every GPU container, with the bounds deploy/node/node-config.yaml
+// ships, its arbiter started.
+std::unique_ptr<World> hostile_node() {
+  ArbiterConfig c;
+  c.allow_unregistered = false;
+  c.quantum = "10ms";
+  c.sockets_in_run_dir = true;
+  c.extra =
+      "[shim]\ncontext_overhead = \"0\"\n[hook]\ntimeout = \"2s\"\n"
+      "[bounds]\nmax_weight = 100\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = \"25%\"\n"
+      "namespace_min_share = \"50%\"\nmemory_limit = \"required\"\n";
+  auto world = std::make_unique<World>(test_name(), c);
+  world->start_arbiter();
+  return world;
+}
+
 class HostileImageTest : public RuntimeTest {
  protected:
   void SetUp() override {
     RuntimeTest::SetUp();
     if (skipped()) return;
-    ArbiterConfig c;
-    c.allow_unregistered = false;
-    c.quantum = "10ms";
-    c.sockets_in_run_dir = true;
-    // The bounds deploy/node/node-config.yaml ships.
-    c.extra =
-        "[shim]\ncontext_overhead = \"0\"\n[hook]\ntimeout = \"2s\"\n"
-        "[bounds]\nmax_weight = 100\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = \"25%\"\n"
-        "namespace_min_share = \"50%\"\nmemory_limit = \"required\"\n";
-    world_ = std::make_unique<World>(test_name(), c);
-    world_->start_arbiter();
+    world_ = hostile_node();
     install_ = install_as_node(*world_);
     vendor_ = vendor_spec(*world_);
     containers_ = std::make_unique<Containers>(*world_, GetParam());
@@ -222,20 +230,83 @@ TEST_P(HostileImageTest, SelfGrantedPolicyBeyondTheNodesBoundsIsRefusedWithOneLi
   }
 }
 
-// Annotation values with bidirectional overrides and C1 controls: the refusal stays one line
-// that shows them escaped.
+// Annotation values with bidirectional overrides and C1 controls, in every annotation
+// Quanta reads and in the name of one it does not know: each refusal stays one line that
+// shows them escaped, and nothing is registered.
 TEST_P(HostileImageTest, UnicodeTricksInAnnotationsAreRefusedEscaped) {
-  ContainerSpec c;
-  c.id = id_for("unicode", GetParam());
-  c.annotations = {{"quanta.dev/priority", "batch\xe2\x80\xae" "evitcaretni\xc2\x85\xc2\x9b" "2J"}};
-  c.args = {"/bin/quanta-tenant", "--json", "info"};
+  const std::string tricks = "\xe2\x80\xae" "evitcaretni\xc2\x85\xc2\x9b" "2J";
+  std::vector<std::pair<std::string, std::string>> asks;
+  for (const char* key : {"weight", "priority", "min-share", "max-share", "memory-limit", "quantum"})
+    asks.emplace_back(std::string("quanta.dev/") + key, "1" + tricks);
+  asks.emplace_back("quanta.dev/wei" + tricks + "ght", "2");
+  int n = 0;
+  for (const auto& [key, value] : asks) {
+    ContainerSpec c;
+    c.id = id_for("unicode-" + std::to_string(n++), GetParam());
+    c.annotations = {{key, value}};
+    if (key != "quanta.dev/memory-limit") c.annotations["quanta.dev/memory-limit"] = "1Gi";
+    c.args = {"/bin/quanta-tenant", "--json", "info"};
+    std::string said;
+    EXPECT_NE(run(c, &said), 0) << key << ": " << said;
+    EXPECT_NE(said.find("quanta.dev/"), std::string::npos) << key << ": " << said;
+    EXPECT_EQ(said.find("\xe2\x80\xae"), std::string::npos) << key << ": " << said;
+    EXPECT_EQ(said.find("\xc2\x85"), std::string::npos) << key << ": " << said;
+    EXPECT_EQ(said.find("\xc2\x9b"), std::string::npos) << key << ": " << said;
+    EXPECT_TRUE(registration_of(c.id).is_null()) << key;
+  }
+}
+
+// podman's hooks.d path (CRI-O's too), with the hooks.d files the installer wrote.
+class HostilePodmanTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "podman as root";
+    if (!podman_available()) {
+      if (getenv("QUANTA_REQUIRE_E2E") != nullptr) FAIL() << "podman or runc is not installed";
+      GTEST_SKIP() << "podman or runc is not installed (scripts/install-deps.sh installs them)";
+    }
+    world_ = hostile_node();
+    install_ = install_as_node(*world_);
+    rootfs_ = assemble_rootfs(world_->dir().path());
+  }
+
+  size_t registered_lines() const {
+    const std::string log = world_->arbiter_log();
+    size_t n = 0;
+    for (size_t at = log.find("registered container"); at != std::string::npos; at = log.find("registered container", at + 1))
+      if (log.compare(at > 2 ? at - 2 : at, 2, "un") != 0) ++n;
+    return n;
+  }
+
+  std::unique_ptr<World> world_;
+  NodeInstall install_;
+  std::string rootfs_;
+};
+
+// An image's loader variables never run in podman's hooks.d hooks; and the creation then
+// fails half way (podman's containers fail on rlimits on this machine, after the
+// createRuntime hook registered them, and podman runs no poststop hook for them): the
+// registration it leaves (with its min-share) is dropped once its cgroup is gone past the
+// grace period.
+TEST_F(HostilePodmanTest, HooksdHooksRunNoImageCodeAndAHalfMadeContainerIsForgotten) {
+  const std::string mark = world_->file("ran-as-the-host-hook");
+  fs::copy_file(QUANTA_HOSTILE_PRELOAD, rootfs_ + "/evil.so", fs::copy_options::overwrite_existing);
+  PodmanRun run;
+  run.global = {"--hooks-dir", install_.hooks_dir};
+  run.annotations = {"quanta.dev/memory-limit=1Gi", "quanta.dev/min-share=25%"};
+  run.env = {"LD_PRELOAD=/proc/self/cwd/evil.so", "LD_AUDIT=/proc/self/cwd/evil.so", "LD_LIBRARY_PATH=/proc/self/cwd",
+             "GCONV_PATH=/proc/self/cwd", "GLIBC_TUNABLES=glibc.malloc.check=3", "HOSTILE_MARK=" + mark};
+  const size_t before = registered_lines();
   std::string said;
-  EXPECT_NE(run(c, &said), 0) << said;
-  EXPECT_NE(said.find("quanta.dev/priority"), std::string::npos) << said;
-  EXPECT_EQ(said.find("\xe2\x80\xae"), std::string::npos) << said;
-  EXPECT_EQ(said.find("\xc2\x85"), std::string::npos) << said;
-  EXPECT_EQ(said.find("\xc2\x9b"), std::string::npos) << said;
-  EXPECT_TRUE(registration_of(c.id).is_null());
+  run_podman(*world_, rootfs_, run, {"/bin/quanta-tenant", "--json", "info"}, &said);
+  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: " << read_text(mark);
+  EXPECT_EQ(said.find("quanta-hook:"), std::string::npos) << "a hook stage failed: " << said;
+  ASSERT_GT(registered_lines(), before) << "the createRuntime hook did not register the container:\n"
+                                         << world_->arbiter_log();
+  // Whatever podman left, the arbiter forgets it: 10 s of grace, then the next heartbeats.
+  EXPECT_TRUE(eventually(30, [&] { return registrations(*world_).empty(); }))
+      << "a half-made container's registration outlived its cgroup: " << registrations(*world_).dump();
+  EXPECT_TRUE(world_->arbiter().running());
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, HostileImageTest, ::testing::Values(Runtime::kRunc, Runtime::kCrun),

@@ -11,7 +11,8 @@
 # the folder holding bin/, lib/ and sim/ (`make gpu-kit` output, or a build folder; by
 # default the folder this script sits in when it has bin/, else the repo's build/);
 # --context-overhead gives the check's arbiter the node's [shim] context_overhead (default:
-# the shipped default), so the context-overhead check judges the value the node will use;
+# the shipped "measure", the arbiter's own measurement at start), so the context-overhead
+# check judges the value the node will use;
 # --only runs some sections, a comma list of interception, memory, torch, bench and ebpf
 # (say, memory alone after changing context_overhead).
 # Results: results.json and results.md under $OUT when set, else ./gpu-results/, with

@@ -62,7 +62,10 @@ TEST(Hostile, AHostileTenantLeavesEveryOtherPodsShareCapAndLedgerExact) {
           .quantum = "20ms",
           .lease = "400ms",
           .pods = {{"light", 1, ""}, {"heavy", 2, ""}, {"capped", 1, "256Mi"}, {"evil", 1, "64Mi"}},
-          .nvml_interval = "200ms"});
+          .nvml_interval = "200ms",
+          // Reported, not killed (the node's default), so that the attacker runs every attack
+          // to its end; the kill is EnforceTest's to prove.
+          .extra = "[enforce]\nover_cap = \"report\"\n"});
   world.start_arbiter();
   ASSERT_TRUE(eventually(5, [&] { return ControlView(world, 0).ok(); }));
   const std::string uuid = ControlView(world, 0)->header.uuid;

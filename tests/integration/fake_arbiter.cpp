@@ -98,7 +98,7 @@ void FakeArbiter::refuse_from_now_on(common::RefusedAction action) {
   std::lock_guard lock(mutex_);
   refuse_action_.store(static_cast<int>(action));
   for (common::ControlSlot& slot : control_->slots) {  // nobody holds a slot any more
-    slot.pid.store(0);
+    slot.owner.store(0);
     if (slot.turn.load() & 1u) slot.turn.fetch_add(1);
   }
   for (int fd : connections_) shutdown(fd, SHUT_RDWR);  // the shims see the arbiter go
@@ -184,14 +184,15 @@ void FakeArbiter::on_message(int fd) {
     }
     ++attaches_;
     common::ControlSlot& slot = control_->slots[proc];
-    slot.memory_cap.store(script_.memory_cap);
-    slot.pod_index.store(0);
-    slot.proc_index.store(proc);
-    slot.pid.store(static_cast<uint32_t>(peer.pid));
+    pod_->memory_cap[0].store(script_.memory_cap);
+    pod_->procs[proc].limits[0].slot.store(proc);
+    const uint32_t owner = proc + 1;  // any word but 0 that is this process's alone
+    slot.owner.store(owner);
     if (!(slot.turn.load() & 1u)) slot.turn.fetch_add(1);  // granted, for good
     auto m = message<common::AttachedMessage>(common::MessageType::kAttached);
     m.gpu_index = 0;
     m.slot = proc;
+    m.owner = owner;
     m.fd_attached = 1;
     send(fd, &m, sizeof m, {control_fd_});
   }

@@ -237,12 +237,9 @@ class LimitWatch {
           while (!stop_ && (index = find_pod_region(world, pod)) < 0) sleep_ms(1);
           if (index < 0) return;
           PodView view(world, static_cast<uint32_t>(index));
-          ControlView control(world, 0);
-          if (!view.ok() || !control.ok()) return;
-          uint32_t slot = common::kNoSlot;
+          if (!view.ok()) return;
           int proc = -1;
-          while (!stop_ && (slot == common::kNoSlot || proc < 0)) {
-            slot = control.slot_of(pid);
+          while (!stop_ && proc < 0) {
             for (uint32_t i = 0; i < common::kMaxProcsPerPod; ++i) {
               if (view->procs[i].pid.load() == static_cast<uint32_t>(pid))
                 proc = static_cast<int>(i);
@@ -250,12 +247,12 @@ class LimitWatch {
             sleep_ms(1);
           }
           if (stop_) return;
-          const common::ControlSlot& cs = control->slots[slot];
+          const common::GateLimits& limits = view->procs[proc].limits[0];
           const common::GateChannel& ch = view->procs[proc].gpus[0];
           const uint64_t begin = monotonic_ns();
           while (!stop_) {
-            const uint64_t limit = cs.inflight_limit_ns.load();
-            const uint64_t quantum = cs.quantum_ns.load();
+            const uint64_t limit = limits.inflight_limit_ns.load();
+            const uint64_t quantum = limits.quantum_ns.load();
             if (limit != 0 && limit < quantum && monotonic_ns() > begin + 500 * kMs) {
               limit_ns_ = limit;
               max_inflight_ = std::max<uint64_t>(max_inflight_, ch.inflight_ns.load());
@@ -282,7 +279,7 @@ class LimitWatch {
 };
 
 // While an interactive pod is active, a batch tenant may keep only quantum_min of work
-// queued (ControlSlot::inflight_limit_ns): one that would keep 8 kernels queued keeps at
+// queued (GateLimits::inflight_limit_ns): one that would keep 8 kernels queued keeps at
 // most one beyond the limit, so what it drains when the interactive pod takes the GPU is
 // about one kernel, not eight.
 TEST(Gate, BatchQueueStaysWithinTheInflightLimitBesideInteractive) {

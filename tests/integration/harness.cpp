@@ -39,8 +39,8 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-bool socket_accepts(const std::string& path) {
-  const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+bool socket_accepts(const std::string& path, int type = SOCK_SEQPACKET) {
+  const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
@@ -308,7 +308,9 @@ void World::start_arbiter() {
   const bool up = eventually(10.0, [&] {
     if (!arbiter_.running()) return true;
     struct stat st {};
-    return stat(tenant_socket_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && socket_accepts(tenant_socket_);
+    // Up: both sockets accept (the tenant socket is bound first, the admin socket after it).
+    return stat(tenant_socket_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && socket_accepts(tenant_socket_) &&
+           socket_accepts(admin_socket_, SOCK_STREAM);
   });
   ASSERT_TRUE(up && arbiter_.running()) << "quanta-arbiter did not come up; its log:\n" << arbiter_log();
 }
@@ -447,7 +449,7 @@ const T* map_region(const World& world, const std::string& name) {
 }  // namespace
 
 ControlView::ControlView(const World& world, uint32_t gpu_index)
-    : region_(map_region<common::ControlRegion>(world, world.scope() + ".gpu." + std::to_string(gpu_index))) {}
+    : world_(world), gpu_index_(gpu_index), region_(map_region<common::ControlRegion>(world, world.scope() + ".gpu." + std::to_string(gpu_index))) {}
 
 ControlView::~ControlView() {
   if (region_) munmap(const_cast<common::ControlRegion*>(region_), sizeof(common::ControlRegion));
@@ -455,8 +457,14 @@ ControlView::~ControlView() {
 
 uint32_t ControlView::slot_of(pid_t pid) const {
   if (!region_) return common::kNoSlot;
-  for (uint32_t slot = 0; slot < common::kMaxSlotsPerGpu; ++slot) {
-    if (region_->slots[slot].pid.load() == static_cast<uint32_t>(pid)) return slot;
+  for (uint32_t index = 0; index < 256; ++index) {
+    PodView view(world_, index);
+    if (!view.ok()) continue;
+    for (const common::ProcEntry& entry : view->procs) {
+      if (entry.pid.load() != static_cast<uint32_t>(pid)) continue;
+      const uint32_t slot = entry.limits[gpu_index_].slot.load();
+      if (slot < common::kMaxSlotsPerGpu && region_->slots[slot].owner.load() != 0) return slot;
+    }
   }
   return common::kNoSlot;
 }

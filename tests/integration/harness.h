@@ -186,10 +186,14 @@ class ControlView {
   ~ControlView();
   bool ok() const { return region_ != nullptr; }
   const common::ControlRegion* operator->() const { return region_; }
-  // The slot this pid was admitted to, or kNoSlot.
+  // The slot this pid was admitted to, or kNoSlot. The control region names no process, so
+  // this reads the slot the arbiter wrote in the process's pod region (GateLimits::slot) and
+  // checks that the control slot is in use.
   uint32_t slot_of(pid_t pid) const;
 
  private:
+  const World& world_;
+  uint32_t gpu_index_;
   const common::ControlRegion* region_ = nullptr;
 };
 

@@ -223,7 +223,9 @@ TEST(Metrics, LiveScrapeIsCleanMatchesTheCatalogueAndAgreesWithQuantactlStatus) 
   config.pods = {{"demo/light", 1, ""}, {"demo/heavy", 4, "2Gi"}, {"demo/capped", 1, "1Gi"}};
   config.nvml_interval = "200ms";
   config.extra = metrics_toml();
-  World world("metrics-scrape", config);
+  // A context costs 300 MiB on this simulated GPU, as on a real one: the arbiter measures it
+  // and charges it, so the capped pod's 1 GiB holds its context and one 512 MiB allocation.
+  World world("metrics-scrape", config, WorldExtras{.sim_env = {{"SIMGPU_CONTEXT_MEMORY", "300Mi"}}});
   world.start_arbiter();
   Child light = world.spawn_tenant({"batch", "--seconds", "6"}, "demo/light", true);
   Child heavy = world.spawn_tenant({"batch", "--seconds", "6"}, "demo/heavy", true);

@@ -108,7 +108,7 @@ TEST(Integration, ArbiterAdmitsARawClientWithItsRegions) {
   EXPECT_EQ(pod->procs[reply.welcome.proc_index].pid.load(), static_cast<uint32_t>(getpid()));
   const uint64_t one = 1;
   EXPECT_EQ(write(client.fds[1], &one, sizeof one), static_cast<ssize_t>(sizeof one)) << "the doorbell is no eventfd";
-  munmap(const_cast<common::PodRegion*>(pod), sizeof(common::PodRegion));
+  const uint32_t proc_index = reply.welcome.proc_index;
 
   // Attach GPU 0 by the UUID its control region names.
   ControlView control(world, 0);
@@ -124,8 +124,13 @@ TEST(Integration, ArbiterAdmitsARawClientWithItsRegions) {
   const auto* mapped = map_fd<common::ControlRegion>(client.fds[0], PROT_READ);
   ASSERT_NE(mapped, nullptr);
   EXPECT_EQ(mapped->header.magic, common::kControlMagic);
-  EXPECT_EQ(mapped->slots[reply.attached.slot].pid.load(), static_cast<uint32_t>(getpid()));
-  EXPECT_EQ(mapped->slots[reply.attached.slot].memory_cap.load(), 1ull << 30);
+  // The slot carries an owner word the reply told this process, and nothing about it; the
+  // cap and the slot number are in the pod's own region.
+  EXPECT_NE(reply.attached.owner, 0u);
+  EXPECT_EQ(mapped->slots[reply.attached.slot].owner.load(), reply.attached.owner);
+  EXPECT_EQ(pod->memory_cap[0].load(), 1ull << 30);
+  EXPECT_EQ(pod->procs[proc_index].limits[0].slot.load(), reply.attached.slot);
+  munmap(const_cast<common::PodRegion*>(pod), sizeof(common::PodRegion));
   // The control region is the tenant's to read, never to write.
   EXPECT_EQ(mmap(nullptr, sizeof(common::ControlRegion), PROT_READ | PROT_WRITE, MAP_SHARED, client.fds[0], 0),
             MAP_FAILED);

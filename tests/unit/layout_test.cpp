@@ -13,13 +13,17 @@ TEST(SharedLayout, ControlRegionFieldsKeepTheirOffsets) {
   EXPECT_EQ(sizeof(ControlSlot), 64u);
   EXPECT_EQ(offsetof(ControlRegion, slots) % 64, 0u);
   EXPECT_EQ(offsetof(ControlSlot, turn), 0u);
+  EXPECT_EQ(offsetof(ControlSlot, owner), 4u);
+  EXPECT_EQ(offsetof(ControlSlot, end_at_ns), 8u);
   EXPECT_EQ(offsetof(ControlHeader, uuid), 16u);
 }
 
 TEST(SharedLayout, PodRegionFitsAndAligns) {
   EXPECT_EQ(sizeof(GateChannel), 64u);
   EXPECT_EQ(offsetof(PodRegion, memory_used) % 64, 0u);
-  EXPECT_EQ(sizeof(ProcEntry), 64u + kMaxGpus * sizeof(GateChannel));
+  EXPECT_EQ(offsetof(PodRegion, memory_cap) % 64, 0u);
+  EXPECT_EQ(sizeof(GateLimits), 32u);
+  EXPECT_EQ(sizeof(ProcEntry), 64u + kMaxGpus * (sizeof(GateChannel) + sizeof(GateLimits)));
   EXPECT_LT(sizeof(PodRegion), 512u * 1024u);
 }
 
