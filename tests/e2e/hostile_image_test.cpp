@@ -156,6 +156,41 @@ TEST_P(HostileImageTest, SymlinkedMountTargetsNeverReachHostPaths) {
   EXPECT_TRUE(fs::is_empty(host_dir)) << "something was written into the host folder the image pointed at";
 }
 
+// The same with links into /dev and /proc, as a host path would be reached through them:
+// the preload list a link to /dev/null (the image that made podman+runc fail half way),
+// Quanta's folder a link through /proc/self/root to a host folder. The host's /dev/null
+// stays the device it was, with nothing mounted on it, and the host folder stays empty.
+TEST_P(HostileImageTest, LinksIntoDevAndProcNeverReachTheHost) {
+  const std::string host_dir = world_->file("host-through-proc");
+  fs::create_directories(host_dir);
+  const std::string root = containers_->rootfs();
+  std::error_code ec;
+  fs::remove(root + "/etc/ld.so.preload", ec);
+  fs::remove_all(root + "/etc/quanta", ec);
+  fs::create_symlink("/dev/null", root + "/etc/ld.so.preload");
+  fs::create_symlink("/proc/self/root" + host_dir, root + "/etc/quanta");
+  struct stat null_before {};
+  ASSERT_EQ(stat("/dev/null", &null_before), 0);
+  ContainerSpec c;
+  c.id = id_for("dev-proc", GetParam());
+  c.annotations = {{"quanta.dev/weight", "2"}, {"quanta.dev/memory-limit", "1Gi"}};
+  c.args = {"/bin/quanta-tenant", "--json", "info"};
+  std::string said;
+  const int code = run(c, &said);
+  if (code != 0) {
+    EXPECT_FALSE(said.empty()) << "a refusal without a reason";
+  }
+  struct stat null_after {};
+  ASSERT_EQ(stat("/dev/null", &null_after), 0);
+  EXPECT_TRUE(S_ISCHR(null_after.st_mode)) << "the host's /dev/null is no longer a device";
+  EXPECT_EQ(null_after.st_rdev, null_before.st_rdev);
+  EXPECT_EQ(null_after.st_ino, null_before.st_ino) << "something was mounted on the host's /dev/null";
+  const std::string mounts = read_text("/proc/self/mountinfo");
+  EXPECT_EQ(mounts.find(" /dev/null "), std::string::npos) << "a mount on the host's /dev/null";
+  EXPECT_EQ(mounts.find(" " + host_dir + " "), std::string::npos) << "a mount on the host folder the image pointed at";
+  EXPECT_TRUE(fs::is_empty(host_dir)) << "something was written into the host folder the image pointed at";
+}
+
 // CRI-O copies every pod annotation into the spec: a pod writing containerd's keys for
 // another pod must stay itself, and must not pass as a sandbox to escape registration.
 TEST_P(HostileImageTest, ACrioPodClaimingAnotherPodStaysItselfAndCannotPassAsASandbox) {
