@@ -391,9 +391,10 @@ TEST(Core, ArbiterRestartUnderLoadCausesNoTenantError) {
   const Env overhead = {{"QUANTA_CONTEXT_OVERHEAD", "16Mi"}};
   const std::string at = start_in(400);
   const Env chatty = {{"QUANTA_LOG_LEVEL", "info"}};
-  // 4 s: under sanitizers holds stretch to ~100 ms, and several must follow the restart.
-  Child a = world.spawn_tenant(batch(4.0, at), "a", true, chatty);
-  Child b = world.spawn_tenant(batch(4.0, at), "b", true, chatty);
+  // 5 s: under sanitizers holds stretch to ~100 ms and the restarted arbiter takes longer to
+  // start (it measures a context's cost first), and several holds must follow the restart.
+  Child a = world.spawn_tenant(batch(5.0, at), "a", true, chatty);
+  Child b = world.spawn_tenant(batch(5.0, at), "b", true, chatty);
   std::vector<Child> allocators;
   for (int i = 0; i < 2; ++i) {
     allocators.push_back(world.spawn_tenant(
