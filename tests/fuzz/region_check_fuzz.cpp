@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (m.name.rfind("quanta.", 0) != 0 || m.range.find('-') == std::string::npos) std::abort();
   }
   const std::vector<arbiter::GpuInfo> gpus = {
-      {"GPU-a", "", 0, "0"}, {"MIG-a1", "GPU-a", 0, "0:0"}, {"GPU-b", "", 1, "1"}};
+      {"GPU-a", "", 0, "0", ""}, {"MIG-a1", "GPU-a", 0, "0:0", ""}, {"GPU-b", "", 1, "1", ""}};
   arbiter::DeviceGrant g = arbiter::devices_in_cgroup_list(text, gpus);
   for (const std::string& u : g.uuids) {
     if (u != "GPU-a" && u != "MIG-a1" && u != "GPU-b") std::abort();
