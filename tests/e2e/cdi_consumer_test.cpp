@@ -106,17 +106,9 @@ class CdiConsumerTest : public ::testing::Test {
 
   // The hook registered a container and poststop unregistered it.
   void expect_registered_then_gone(size_t registered_before) {
-    EXPECT_GT(registrations_logged(), registered_before)
+    EXPECT_GT(registrations_logged(*world_), registered_before)
         << "the createRuntime hook did not register the container:\n" << world_->arbiter_log();
     EXPECT_TRUE(registrations(*world_).empty()) << "poststop left " << registrations(*world_).dump();
-  }
-
-  size_t registrations_logged() const {
-    const std::string log = world_->arbiter_log();
-    size_t n = 0;
-    for (size_t at = log.find("registered container"); at != std::string::npos; at = log.find("registered container", at + 1))
-      if (log.compare(at > 2 ? at - 2 : at, 2, "un") != 0) ++n;
-    return n;
   }
 
   std::unique_ptr<World> world_;
@@ -132,7 +124,7 @@ TEST_F(CdiConsumerTest, PodmanLoadsAndAppliesTheQuantaGpuSpecInJsonAndYaml) {
     Install install = install_quanta(*world_, {}, std::string("quanta.") + ext);
     const std::string placed = folders.own("/var/run/cdi/quanta-e2e-" + std::to_string(getpid()) + "." + ext);
     fs::copy_file(install.spec_path, placed, fs::copy_options::overwrite_existing);
-    const size_t before = registrations_logged();
+    const size_t before = registrations_logged(*world_);
     int code = 0;
     const std::string err = podman({"quanta.dev/gpu=0"}, {"quanta.dev/weight=3"}, &code);
     EXPECT_EQ(err.find("unresolvable CDI devices"), std::string::npos) << err;
@@ -155,7 +147,7 @@ TEST_F(CdiConsumerTest, PodmanResolvesTheVendorsDeviceToTheTakeOverWithBothEdits
       *world_, {"--take-over", vendor_path, "--spec-dirs", "/etc/cdi," + world_->dir().path()}, "takeover.yaml");
   fs::copy_file(install.spec_path, takeover_path, fs::copy_options::overwrite_existing);
 
-  const size_t before = registrations_logged();
+  const size_t before = registrations_logged(*world_);
   const std::string err = podman({kind + "=0"}, {"quanta.dev/weight=3"});
   EXPECT_EQ(err.find("unresolvable CDI devices"), std::string::npos) << err;
   const json config = captured();
@@ -216,10 +208,10 @@ TEST_F(CdiConsumerTest, PodmanRunsTheHooksdFilesForAnnotatedContainersOnly) {
     ASSERT_TRUE(fs::exists(hooks_dir + "/" + f)) << f;
   const std::vector<std::string> global = {"--hooks-dir", hooks_dir};
 
-  size_t before = registrations_logged();
+  size_t before = registrations_logged(*world_);
   std::string err = podman({}, {"quanta.dev/weight=3"}, nullptr, global);
   EXPECT_EQ(err.find("quanta-hook:"), std::string::npos) << "a hook stage failed: " << err;
-  EXPECT_GT(registrations_logged(), before) << "the createRuntime hook did not register the container:\n"
+  EXPECT_GT(registrations_logged(*world_), before) << "the createRuntime hook did not register the container:\n"
                                             << world_->arbiter_log();
   // podman keeps hooks.d poststop hooks out of config.json and runs them itself; for a
   // container whose start failed (rlimits, here) it does not, so unregistration is not
@@ -228,9 +220,9 @@ TEST_F(CdiConsumerTest, PodmanRunsTheHooksdFilesForAnnotatedContainersOnly) {
   EXPECT_TRUE(hooks.contains("createRuntime") && hooks.contains("createContainer")) << hooks.dump();
 
   // Not annotated: the files do not match, nothing is registered.
-  before = registrations_logged();
+  before = registrations_logged(*world_);
   err = podman({}, {"example.com/other=1"}, nullptr, global);
-  EXPECT_EQ(registrations_logged(), before) << "a container without quanta.dev/* annotations was registered";
+  EXPECT_EQ(registrations_logged(*world_), before) << "a container without quanta.dev/* annotations was registered";
 
   // The stages see podman's annotations: a bad one refuses the container with the line.
   int code = 0;

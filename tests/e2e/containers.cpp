@@ -174,6 +174,14 @@ bool podman_available() {
   return access("/usr/bin/podman", X_OK) == 0 && access("/usr/sbin/runc", X_OK) == 0;
 }
 
+size_t registrations_logged(const World& world) {
+  const std::string log = world.arbiter_log();
+  size_t n = 0;
+  for (size_t at = log.find("registered container"); at != std::string::npos; at = log.find("registered container", at + 1))
+    if (log.compare(at > 2 ? at - 2 : at, 2, "un") != 0) ++n;
+  return n;
+}
+
 int run_podman(const World& world, const std::string& rootfs, const PodmanRun& run,
                const std::vector<std::string>& args, std::string* said) {
   const std::string d = world.dir().path();

@@ -80,6 +80,9 @@ struct PodmanRun {
   std::string runtime = "/usr/sbin/runc";
 };
 bool podman_available();
+// How many containers the world's arbiter logged as registered (its "registered container"
+// lines, not the "unregistered" ones).
+size_t registrations_logged(const World& world);
 int run_podman(const World& world, const std::string& rootfs, const PodmanRun& run,
                const std::vector<std::string>& args, std::string* said);
 

@@ -305,14 +305,6 @@ class HostilePodmanTest : public ::testing::Test {
     rootfs_ = assemble_rootfs(world_->dir().path());
   }
 
-  size_t registered_lines() const {
-    const std::string log = world_->arbiter_log();
-    size_t n = 0;
-    for (size_t at = log.find("registered container"); at != std::string::npos; at = log.find("registered container", at + 1))
-      if (log.compare(at > 2 ? at - 2 : at, 2, "un") != 0) ++n;
-    return n;
-  }
-
   std::unique_ptr<World> world_;
   NodeInstall install_;
   std::string rootfs_;
@@ -331,12 +323,12 @@ TEST_F(HostilePodmanTest, HooksdHooksRunNoImageCodeAndAHalfMadeContainerIsForgot
   run.annotations = {"quanta.dev/memory-limit=1Gi", "quanta.dev/min-share=25%"};
   run.env = {"LD_PRELOAD=/proc/self/cwd/evil.so", "LD_AUDIT=/proc/self/cwd/evil.so", "LD_LIBRARY_PATH=/proc/self/cwd",
              "GCONV_PATH=/proc/self/cwd", "GLIBC_TUNABLES=glibc.malloc.check=3", "HOSTILE_MARK=" + mark};
-  const size_t before = registered_lines();
+  const size_t before = registrations_logged(*world_);
   std::string said;
   run_podman(*world_, rootfs_, run, {"/bin/quanta-tenant", "--json", "info"}, &said);
   EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: " << read_text(mark);
   EXPECT_EQ(said.find("quanta-hook:"), std::string::npos) << "a hook stage failed: " << said;
-  ASSERT_GT(registered_lines(), before) << "the createRuntime hook did not register the container:\n"
+  ASSERT_GT(registrations_logged(*world_), before) << "the createRuntime hook did not register the container:\n"
                                          << world_->arbiter_log();
   // Whatever podman left, the arbiter forgets it: 10 s of grace, then the next heartbeats.
   EXPECT_TRUE(eventually(30, [&] { return registrations(*world_).empty(); }))
