@@ -123,6 +123,15 @@ void GpuAccounting::released(SlotId slot, uint64_t now) {
   set_state(it->second, TenantState::kIdle, now);
 }
 
+void GpuAccounting::drained_own_quantum(SlotId slot, uint64_t quantum_end_ns) {
+  auto it = tenants_.find(slot);
+  if (it == tenants_.end() || it->second.state != TenantState::kHolding) return;
+  // Time already folded stays as it was: the drain counts from the quantum's end or the
+  // last time accounted, whichever is later; its histogram from the quantum's end.
+  set_state(it->second, TenantState::kRevoking, clock(quantum_end_ns));
+  it->second.revoke_ns = quantum_end_ns;
+}
+
 void GpuAccounting::settle(const Scheduler& sched, uint64_t now) {
   now = clock(now);
   // Hold ends first, so a grant in the same pass sees the hold it follows as ended.

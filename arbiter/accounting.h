@@ -104,6 +104,10 @@ class GpuAccounting {
   void revoked(SlotId slot, uint64_t now);
   void passed_over(SlotId slot, uint64_t now);
   void released(SlotId slot, uint64_t now);
+  // A holder that ends its own quantum (kAttachEndsOwnQuantum) is never revoked: when its
+  // release comes after that end, it drained from there, and its pod's phase time and drain
+  // histogram say so as they do for a revoked holder. Call it before released().
+  void drained_own_quantum(SlotId slot, uint64_t quantum_end_ns);
   // After every decision pass: the scheduler's state of each tenant (catches want changes
   // and anything the calls above did not say).
   void settle(const Scheduler& sched, uint64_t now);

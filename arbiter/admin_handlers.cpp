@@ -46,6 +46,10 @@ json Arbiter::handle(const AdminRequest& request) {
       return handle_drain(request, request.command == AdminRequest::Command::kDrain);
     case AdminRequest::Command::kSet:
       return set_policy(request);
+    case AdminRequest::Command::kUnset:
+      return unset_policy(request);
+    case AdminRequest::Command::kPolicy:
+      return policy_json(request);
     case AdminRequest::Command::kRegister:
       return register_container(request);
     case AdminRequest::Command::kUnregister:
@@ -96,6 +100,40 @@ json Arbiter::set_policy(const AdminRequest& request) {
   return out;
 }
 
+json Arbiter::unset_policy(const AdminRequest& request) {
+  const std::string& pod = request.pod;
+  std::string err = pods_.unset_override(pod, request.keys);
+  if (!err.empty()) return error(err);
+  pods_.save_state();
+  if (Pod* p = pods_.find_key(pod)) {
+    apply_policy(*p);
+    after_events();
+  }
+  std::string keys;
+  for (const std::string& k : request.keys) keys += (keys.empty() ? "" : " ") + k;
+  spdlog::info("live policy override of pod {} removed: {}", printable(pod),
+               keys.empty() ? std::string("all of it") : printable(keys));
+  return json{{"ok", true}, {"pod", pod}};
+}
+
+// A pod's effective policy and where each value came from; without a pod, every live
+// override.
+json Arbiter::policy_json(const AdminRequest& request) const {
+  if (request.pod.empty()) {
+    json overrides = json::object();
+    for (const auto& [pod, values] : pods_.overrides()) overrides[pod] = values;
+    return json{{"ok", true}, {"overrides", overrides}};
+  }
+  if (!pods_.known(request.pod))
+    return error("pod " + printable(request.pod) +
+                 " is not known to this arbiter (no registered container, no process and no "
+                 "[pod] table): check its name with `quantactl status`");
+  json values = json::array();
+  for (const PodRegistry::PolicyValue& v : pods_.explain_policy(request.pod))
+    values.push_back({{"key", v.key}, {"value", v.value}, {"source", v.source}});
+  return json{{"ok", true}, {"pod", request.pod}, {"values", values}};
+}
+
 json Arbiter::register_container(const AdminRequest& request) {
   const Registration& r = request.registration;
   std::string err = pods_.register_container(r);
@@ -142,6 +180,7 @@ json Arbiter::status_json() {
           {"slot", r.slot},
           {"weight", pod.policy.weight},
           {"priority", common::priority_name(pod.policy.priority)},
+          {"min_share", pod.policy.min_share_ppm / static_cast<double>(common::kShareScale)},
           {"max_share", pod.policy.max_share_ppm / static_cast<double>(common::kShareScale)},
           {"quantum_ms", ms(r.quantum_ns)},
           {"target_share", r.target_share},
@@ -193,6 +232,8 @@ json Arbiter::status_json() {
            {"idle", gpu->sched->idle()},
            {"grants", gpu->grants},
            {"switches", gpu->switches},
+           {"last_granted",
+            gpu->last_granted == common::kNoSlot ? json(nullptr) : json(gpu->last_granted)},
            {"doorbells", gpu->doorbells},
            {"passes", gpu->passes},
            {"holder_looks", gpu->holder_looks},
@@ -206,6 +247,7 @@ json Arbiter::status_json() {
   return json{{"ok", true},
               {"scope", config_.scope},
               {"generation", generation_},
+              {"taken_ns", now},
               {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
               {"enforce",
                {{"enforce", config_.enforce.enforce},

@@ -61,7 +61,7 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
   json request = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (request.is_discarded()) return "request is not valid JSON";
   if (!request.is_object() || !request.contains("cmd") || !request["cmd"].is_string())
-    return "a request is an object with \"cmd\": status, top, explain, set, register, unregister, drain, undrain or devices";
+    return "a request is an object with \"cmd\": status, top, explain, set, unset, policy, register, unregister, drain, undrain or devices";
   const std::string cmd = request["cmd"].get<std::string>();
   std::string err;
   if (cmd == "status") {
@@ -104,6 +104,25 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
     return policy_map(request.contains("values") ? request["values"] : json(), "values",
                       &out->values);
   }
+  if (cmd == "unset") {
+    out->command = AdminRequest::Command::kUnset;
+    if (!(err = text_field(request, "pod", &out->pod)).empty()) return err;
+    if (out->pod.empty()) return "unset needs \"pod\": the pod's key (namespace/name)";
+    if (request.contains("keys") && !request["keys"].is_null()) {
+      const json& keys = request["keys"];
+      if (!keys.is_array()) return "keys must be an array of policy keys (weight, priority, ...)";
+      for (const json& k : keys) {
+        if (!k.is_string()) return "keys must be an array of policy keys (weight, priority, ...)";
+        out->keys.push_back(k.get<std::string>());
+        if (!(err = check_text(out->keys.back(), "keys", 64)).empty()) return err;
+      }
+    }
+    return "";
+  }
+  if (cmd == "policy") {
+    out->command = AdminRequest::Command::kPolicy;
+    return text_field(request, "pod", &out->pod);
+  }
   if (cmd == "register") {
     out->command = AdminRequest::Command::kRegister;
     Registration& r = out->registration;
@@ -128,7 +147,7 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
     out->command = AdminRequest::Command::kUnregister;
     return text_field(request, "container_id", &out->container_id);
   }
-  return "unknown cmd \"" + printable(cmd) + "\": use status, top, explain, set, register, unregister, drain, undrain or devices";
+  return "unknown cmd \"" + printable(cmd) + "\": use status, top, explain, set, unset, policy, register, unregister, drain, undrain or devices";
 }
 
 }  // namespace quanta::arbiter

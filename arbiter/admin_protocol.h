@@ -6,19 +6,21 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "arbiter/registration.h"
 
 namespace quanta::arbiter {
 
 struct AdminRequest {
-  enum class Command { kStatus, kTop, kExplain, kSet, kRegister, kUnregister, kDrain, kUndrain,
-                       kDevices };
+  enum class Command { kStatus, kTop, kExplain, kSet, kUnset, kPolicy, kRegister, kUnregister,
+                       kDrain, kUndrain, kDevices };
   Command command = Command::kStatus;
-  std::string pod;                            // set, explain
+  std::string pod;                            // set, unset, policy (optional), explain
   double seconds = 60;                        // explain: how far back, 1-60
   std::string gpu;                            // drain, undrain: an index or a UUID
   std::map<std::string, std::string> values;  // set: policy values as text
+  std::vector<std::string> keys;              // unset: the keys to remove (none: all)
   Registration registration;                  // register
   std::string container_id;                   // unregister
 };

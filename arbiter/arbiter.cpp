@@ -758,6 +758,9 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
       if (st == TenantState::kHolding || st == TenantState::kRevoking ||
           st == TenantState::kPassedOver) {
         if (st == TenantState::kHolding && ended_ahead(region, slot, ch)) ++gpu.ended_by_holder;
+        const uint64_t own_end = sched.self_end_ns();
+        if (st == TenantState::kHolding && sched.holder() == slot && own_end != 0 && own_end < now)
+          gpu.accounting.drained_own_quantum(slot, own_end);
         sched.released(slot, now);
         gpu.accounting.released(slot, now);
         DTRACE_PROBE3(quanta, released, gpu.index, slot, now);

@@ -169,6 +169,8 @@ class Arbiter final : public TenantApi, public AdminApi {
   // admin_handlers.cpp
   nlohmann::json status_json();
   nlohmann::json set_policy(const AdminRequest& request);
+  nlohmann::json unset_policy(const AdminRequest& request);
+  nlohmann::json policy_json(const AdminRequest& request) const;
   nlohmann::json register_container(const AdminRequest& request);
   nlohmann::json unregister_container(const AdminRequest& request);
   nlohmann::json node_devices_json() const;

@@ -115,7 +115,7 @@ std::vector<double> expected_shares(const std::vector<PodLoad>& pods, uint32_t n
 
 GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total,
                          uint64_t unmanaged_memory, uint32_t free_slots,
-                         const std::vector<FitProbe>& probes) {
+                         const std::vector<FitProbe>& probes, double promised_min_share) {
   GpuCapacity c;
   c.memory_total = memory_total;
   c.memory_promised = unmanaged_memory;
@@ -124,6 +124,7 @@ GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total
     c.memory_promised += p.memory_cap != 0 ? std::max(p.memory_cap, p.memory_used) : p.memory_used;
     c.promised_min_share += p.min_share;
   }
+  c.promised_min_share = std::max(c.promised_min_share, promised_min_share);
   c.memory_unpromised = memory_total > c.memory_promised ? memory_total - c.memory_promised : 0;
   c.new_pod_share = free_slots == 0 ? 0 : expected_shares(pods, 1).back();
 

@@ -55,9 +55,12 @@ struct GpuCapacity {
 
 // `unmanaged_memory`: what NVML shows processes Quanta does not manage holding.
 // `free_slots`: tenant slots left on the GPU (a pod needs at least one).
+// `promised_min_share`: the minimums promised on the GPU to pods that may use it, running
+// here or not (PodRegistry::promised_minimum_ppm); the larger of it and the sum of `pods`'
+// minimums is what new minimums must fit beside.
 GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total,
                          uint64_t unmanaged_memory, uint32_t free_slots,
-                         const std::vector<FitProbe>& probes);
+                         const std::vector<FitProbe>& probes, double promised_min_share = 0);
 
 // The shares the pods (and `newcomers` extra weight-1 batch pods that want the GPU all the
 // time) would receive: interactive pods take what they want first, best-effort pods only

@@ -127,12 +127,13 @@ std::string render_top(const json& top, size_t width) {
     }
     add_line(out,
              fmt("  memory %s used, %s capped, %s unpromised of %s; a new batch pod would get %s; "
-                 "fits:%s",
+                 "minimums promised %s; fits:%s",
                  bytes(g.value("memory_used", 0ull)).c_str(),
                  bytes(g.value("memory_caps", 0ull)).c_str(),
                  bytes(g.value("memory_unpromised", 0ull)).c_str(),
                  bytes(g.value("memory_total", 0ull)).c_str(),
-                 percent(g.value("new_pod_share", 0.0)).c_str(), fits.c_str()),
+                 percent(g.value("new_pod_share", 0.0)).c_str(),
+                 percent(g.value("min_share_promised", 0.0)).c_str(), fits.c_str()),
              width);
     const json& pods = g.value("pods", json::array());
     if (pods.empty()) {
@@ -195,6 +196,8 @@ std::string render_explain(const json& e) {
     out << "  It held the GPU " << percent(share) << " of the time; its target was "
         << percent(target) << " (weight " << g.value("weight", 0u) << ", "
         << g.value("priority", "?");
+    if (g.value("min_share", 0.0) > 0.0)
+      out << ", min-share " << percent(g.value("min_share", 0.0));
     if (g.value("max_share", 1.0) < 1.0)
       out << ", max-share " << percent(g.value("max_share", 1.0));
     out << ")" << (neighbours.empty() ? ", alone on the GPU" : ", beside " + neighbours) << ".\n";
@@ -314,6 +317,23 @@ int run_top(const std::function<json()>& fetch, uint64_t interval_ms, bool once)
   sigaction(SIGINT, &stop, nullptr);
   sigaction(SIGTERM, &stop, nullptr);
   sigaction(SIGHUP, &stop, nullptr);
+  if (!isatty(STDOUT_FILENO)) {
+    // A pipe or a file: frames one after another, no screen control, no raw keyboard.
+    signal(SIGPIPE, SIG_DFL);
+    while (!g_stop) {
+      std::string frame;
+      try {
+        frame = render_top(fetch(), 0);
+      } catch (const std::exception& e) {
+        frame = "quantactl top: " + printable(e.what()) + " (retrying)\n";
+      }
+      std::fputs((frame + "\n").c_str(), stdout);
+      std::fflush(stdout);
+      if (ferror(stdout)) break;
+      poll(nullptr, 0, static_cast<int>(interval_ms));
+    }
+    return 0;
+  }
   struct sigaction resize {};
   resize.sa_handler = on_resize;
   sigaction(SIGWINCH, &resize, nullptr);

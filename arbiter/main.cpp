@@ -1,6 +1,7 @@
 // quanta-arbiter's entry point: command line, config, logging, detaching, waiting for the
 // node's GPUs; everything else is Arbiter's. Errors reach here as exceptions and end the
 // process with one clear line.
+#include <fcntl.h>
 #include <signal.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -9,7 +10,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 
@@ -18,6 +21,7 @@
 #include "arbiter/context_overhead.h"
 #include "arbiter/cpu_priority.h"
 #include "arbiter/gpu_inventory.h"
+#include "common/version.h"
 
 namespace {
 
@@ -75,11 +79,69 @@ bool wait_for_gpus(const quanta::arbiter::NodeConfig& config) {
   return true;
 }
 
+// Detaching. The parent forks and waits for the detached child's first word: "ok" once it
+// serves its sockets, or why it cannot (another arbiter holds the scope's lock, a socket
+// cannot be bound). It exits 0 or 1 with that, so an init script or a person starting
+// quanta-arbiter by hand sees a failed start as one.
+int detached_report_fd = -1;
+
+void detach(const std::string& log_path) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("cannot detach: pipe: ") + std::strerror(errno));
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error(std::string("cannot detach: fork: ") + std::strerror(errno));
+  if (child > 0) {
+    ::close(fds[1]);
+    std::string word;
+    char buf[1024];
+    for (;;) {
+      const ssize_t n = ::read(fds[0], buf, sizeof buf);
+      if (n > 0) {
+        word.append(buf, static_cast<size_t>(n));
+      } else if (n == 0 || errno != EINTR) {
+        break;
+      }
+    }
+    if (word.rfind("ok", 0) == 0) {
+      std::fprintf(stderr, "quanta-arbiter: detached as pid %d%s; log in %s\n", child,
+                   word.substr(2).c_str(), log_path.c_str());
+      _exit(0);
+    }
+    if (word.empty()) word = "the detached arbiter exited before it served; see " + log_path;
+    std::fprintf(stderr, "quanta-arbiter: %s\n", word.c_str());
+    _exit(1);
+  }
+  ::close(fds[0]);
+  detached_report_fd = fds[1];
+  if (setsid() < 0 || chdir("/") != 0) throw std::runtime_error("cannot detach: setsid or chdir failed");
+  const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null >= 0) {
+    for (int fd = 0; fd <= 2; ++fd) ::dup2(null, fd);
+    ::close(null);
+  }
+}
+
+// In the detached child: tells the waiting parent ("ok…" or an error line) and lets it go.
+void report_detached(const std::string& word) {
+  if (detached_report_fd < 0) return;
+  size_t done = 0;
+  while (done < word.size()) {
+    const ssize_t n = ::write(detached_report_fd, word.data() + done, word.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::close(detached_report_fd);
+  detached_report_fd = -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "quanta-arbiter: hands out GPU time quanta and memory caps to the pods on this node"};
+  app.set_version_flag("--version", quanta::common::version_line("quanta-arbiter"));
   std::string config_path;
   bool foreground = false;
   bool check_config = false;
@@ -102,7 +164,11 @@ int main(int argc, char** argv) {
   // The child the arbiter runs at start to measure a context's cost (context_overhead.h).
   std::string measure_uuid;
   app.add_option("--measure-context-overhead", measure_uuid)->group("");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as other tools' do
+  }
   if (!measure_uuid.empty()) return quanta::arbiter::measure_context_overhead_here(measure_uuid);
 
   try {
@@ -135,8 +201,7 @@ int main(int argc, char** argv) {
       spdlog::set_default_logger(file);
       spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
       spdlog::flush_on(spdlog::level::info);
-      std::fprintf(stderr, "quanta-arbiter: detaching; log in %s\n", log_path.c_str());
-      if (daemon(0, 0) != 0) throw std::runtime_error("cannot detach (daemon failed)");
+      detach(log_path);
     }
     // Before any thread starts: they inherit it.
     const std::string not_nice = quanta::arbiter::set_nice(config.nice);
@@ -144,11 +209,17 @@ int main(int argc, char** argv) {
       spdlog::warn("{}; running at nice {}, so under CPU load grants wait longer for a CPU", not_nice,
                    quanta::arbiter::current_nice());
     }
-    if (wait_gpus && !wait_for_gpus(config)) return 0;
+    if (wait_gpus) {
+      // Waiting may take as long as the driver does: the parent is let go at once.
+      report_detached("ok (waiting for GPUs if there are none yet)");
+      if (!wait_for_gpus(config)) return 0;
+    }
     quanta::arbiter::Arbiter arbiter(config);
+    report_detached("ok");
     arbiter.run();
   } catch (const std::exception& e) {
     if (logging) spdlog::error("{}", e.what());  // reaches the log file once detached
+    report_detached(e.what());
     std::fprintf(stderr, "quanta-arbiter: %s\n", e.what());
     return 1;
   }

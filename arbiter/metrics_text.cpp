@@ -199,6 +199,9 @@ std::string render_prometheus(const NodeFigures& f) {
   per_gpu("quanta_gpu_memory_unpromised_bytes", "gauge",
           "Memory not promised: total minus caps, uncapped pods' use and unmanaged processes' use",
           [&](const GpuFigures& g) { return count(g.capacity.memory_unpromised); });
+  per_gpu("quanta_gpu_min_share_promised_ratio", "gauge",
+          "Sum of the guaranteed minimum shares promised to pods that may use this GPU",
+          [&](const GpuFigures& g) { return ratio(g.capacity.promised_min_share); });
   per_gpu("quanta_gpu_new_pod_share_ratio", "gauge",
           "Share of GPU time a new weight-1 batch pod would receive now",
           [&](const GpuFigures& g) { return ratio(g.capacity.new_pod_share); });
@@ -293,7 +296,7 @@ std::string render_prometheus(const NodeFigures& f) {
               x.sample("quanta_pod_wait_budget_seconds", l, number(*p.wait_budget_s));
           });
   per_pod("quanta_pod_drain_seconds", "histogram",
-          "From a revoke to its release (its queued work finishing)",
+          "From a revoke, or the end of a quantum its holder ends itself, to its release",
           [&](const std::string& l, const PodFigures& p) {
             x.histogram("quanta_pod_drain_seconds", l, p.drain);
           });

@@ -16,10 +16,7 @@
 #include "arbiter/figures.h"
 #include "arbiter/observation.h"
 #include "common/clock.h"
-
-#ifndef QUANTA_VERSION
-#define QUANTA_VERSION "unknown"
-#endif
+#include "common/version.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -189,7 +186,7 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
   auto f = std::make_shared<NodeFigures>();
   f->scope = config_.scope;
   f->hostname = o.hostname;
-  f->version = QUANTA_VERSION;
+  f->version = common::release();
   f->generation = generation_;
   f->taken_ns = now;
   f->uptime_s = seconds_of(now - started_ns_);
@@ -277,6 +274,7 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
       p.live = acc.tenants != 0;
       if (Pod* reg = pods_.find_key(acc.key)) {
         p.policy = reg->policy;
+        p.min_share = reg->policy.min_share_ppm / static_cast<double>(common::kShareScale);
         p.memory_used = reg->region->memory_used[gpu.index].load(std::memory_order_relaxed);
         p.alloc_denied = reg->region->alloc_denied[gpu.index].load(std::memory_order_relaxed);
       }
@@ -345,7 +343,8 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
     const uint32_t free_slots =
         common::kMaxSlotsPerGpu - static_cast<uint32_t>(gpu.slot_pids.size());
     g.capacity =
-        gpu_capacity(loads, g.identity.memory_total, g.unmanaged_memory, free_slots, f->probes);
+        gpu_capacity(loads, g.identity.memory_total, g.unmanaged_memory, free_slots, f->probes,
+                     pods_.promised_minimum_ppm(gpu.uuid) / static_cast<double>(common::kShareScale));
     if (!g.mig_parent) {
       for (size_t k = 0; k < f->node_fits.size() && k < g.capacity.fits.size(); ++k)
         f->node_fits[k] += g.capacity.fits[k];
@@ -375,6 +374,7 @@ json Arbiter::top_json() {
           {{"pod", p.key},
            {"priority", common::priority_name(p.policy.priority)},
            {"weight", p.policy.weight},
+           {"min_share", p.min_share},
            {"max_share", p.policy.max_share_ppm / static_cast<double>(common::kShareScale)},
            {"target_share", p.target_share},
            {"achieved_share", p.achieved_share},
@@ -410,6 +410,7 @@ json Arbiter::top_json() {
                     {"memory_caps", g.capacity.memory_caps},
                     {"memory_unpromised", g.capacity.memory_unpromised},
                     {"new_pod_share", g.capacity.new_pod_share},
+                    {"min_share_promised", g.capacity.promised_min_share},
                     {"fits", fits},
                     {"unmanaged_processes", g.unmanaged_processes},
                     {"pods", pods}});
@@ -573,6 +574,7 @@ json Arbiter::explain_json(const AdminRequest& request) {
     if (const auto policy = policy_of(key)) {
       g["weight"] = policy->weight;
       g["priority"] = common::priority_name(policy->priority);
+      g["min_share"] = policy->min_share_ppm / static_cast<double>(common::kShareScale);
       g["max_share"] = policy->max_share_ppm / static_cast<double>(common::kShareScale);
       g["memory_limit"] = policy->memory_limit;
     }

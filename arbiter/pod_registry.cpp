@@ -78,6 +78,7 @@ std::set<std::string> PodRegistry::reap_dead_registrations(size_t budget) {
     touched.insert(dropped->second.pod_key());
     drop_registration(dropped, "ended without its poststop hook (its cgroup is gone)");
   }
+  for (const std::string& key : touched) forget_overrides_if_unknown(key);
   return touched;
 }
 
@@ -276,6 +277,21 @@ std::string PodRegistry::check_minimums(const std::string& pod_key, const common
   return "";
 }
 
+uint64_t PodRegistry::promised_minimum_ppm(const std::string& uuid) const {
+  std::map<std::string, bool> here;  // pod key -> may use `uuid`
+  for (const auto& [id, r] : registrations_) {
+    if (resolve_policy(r.pod_key()).min_share_ppm == 0 || dead(id, r)) continue;
+    bool& may = here[r.pod_key()];
+    may = may || can_share(r.devices, {uuid});
+  }
+  for (const auto& [index, pod] : pods_) here.emplace(pod.key, true);
+  uint64_t promised = 0;
+  for (const auto& [key, may] : here) {
+    if (may) promised += resolve_policy(key).min_share_ppm;
+  }
+  return promised;
+}
+
 std::string namespace_of(const std::string& pod_key) {
   if (pod_key.rfind("uid:", 0) == 0) return "";
   const size_t slash = pod_key.find('/');
@@ -301,8 +317,25 @@ bool cgroup_exists(const std::string& path) {
 bool PodRegistry::unregister_container(const std::string& container_id) {
   auto it = registrations_.find(container_id);
   if (it == registrations_.end()) return false;
+  const std::string key = it->second.pod_key();
   erase_registration(it);
+  forget_overrides_if_unknown(key);
   return true;
+}
+
+bool PodRegistry::known(const std::string& pod_key) const {
+  if (by_pod_.count(pod_key) != 0 || config_.pods.count(pod_key) != 0) return true;
+  for (const auto& [index, pod] : pods_) {
+    if (pod.key == pod_key) return true;
+  }
+  return false;
+}
+
+void PodRegistry::forget_overrides_if_unknown(const std::string& pod_key) {
+  auto it = overrides_.find(pod_key);
+  if (it == overrides_.end() || known(pod_key)) return;
+  spdlog::info("pod {} is gone: its live policy override is forgotten", printable(pod_key));
+  overrides_.erase(it);
 }
 
 const Registration* PodRegistry::match_cgroup(const std::string& cgroup) const {
@@ -321,6 +354,16 @@ std::string PodRegistry::set_override(const std::string& pod_key,
   if (pod_key.empty()) return "set needs a pod name";
   std::string err = check_pod_key(pod_key, "pod");
   if (!err.empty()) return err;
+  if (!known(pod_key))
+    return "pod " + printable(pod_key) +
+           " is not known to this arbiter (no registered container, no process and no "
+           "[pod.\"" + printable(pod_key) + "\"] table): check its name with `quantactl status`";
+  return apply_override(pod_key, values);
+}
+
+std::string PodRegistry::apply_override(const std::string& pod_key,
+                                        const std::map<std::string, std::string>& values) {
+  std::string err;
   if (values.empty())
     return "set needs at least one key=value (weight, priority, max-share, min-share, "
            "memory-limit, quantum)";
@@ -350,6 +393,86 @@ std::string PodRegistry::set_override(const std::string& pod_key,
     overrides_[pod_key][key] = v;
   }
   return "";
+}
+
+namespace {
+
+constexpr const char* kPolicyKeys[] = {"weight",    "priority",     "min-share",
+                                       "max-share", "memory-limit", "quantum"};
+
+// "quanta.dev/min_share" -> "min-share": the one spelling overrides and sources use.
+std::string policy_key(const std::string& key) {
+  constexpr std::string_view kAnnotationPrefix = "quanta.dev/";
+  std::string k = key.rfind(kAnnotationPrefix, 0) == 0 ? key.substr(kAnnotationPrefix.size()) : key;
+  for (char& c : k) c = c == '_' ? '-' : c;
+  return k;
+}
+
+std::string policy_value_text(const common::Policy& p, const std::string& key) {
+  if (key == "weight") return std::to_string(p.weight);
+  if (key == "priority") return common::priority_name(p.priority);
+  if (key == "min-share") return p.min_share_ppm == 0 ? "none" : share_text(p.min_share_ppm);
+  if (key == "max-share") return share_text(p.max_share_ppm);
+  if (key == "memory-limit") return p.memory_limit == 0 ? "none" : std::to_string(p.memory_limit);
+  if (key == "quantum") {
+    if (p.quantum_ns == 0) return "node default";
+    char buf[32];
+    std::snprintf(buf, sizeof(buf), "%gms", static_cast<double>(p.quantum_ns) / 1e6);
+    return buf;
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string PodRegistry::unset_override(const std::string& pod_key,
+                                        const std::vector<std::string>& keys) {
+  auto it = overrides_.find(pod_key);
+  if (it == overrides_.end())
+    return "pod " + printable(pod_key) + " has no live override (`quantactl policy` lists them)";
+  for (const std::string& key : keys) {
+    if (it->second.count(policy_key(key)) == 0)
+      return "pod " + printable(pod_key) + " has no live " + printable(key) +
+             " override; it has: " + [&] {
+               std::string have;
+               for (const auto& [k, v] : it->second) have += (have.empty() ? "" : ", ") + k;
+               return have;
+             }();
+  }
+  if (keys.empty()) {
+    overrides_.erase(it);
+  } else {
+    for (const std::string& key : keys) it->second.erase(policy_key(key));
+    if (it->second.empty()) overrides_.erase(it);
+  }
+  return "";
+}
+
+std::vector<PodRegistry::PolicyValue> PodRegistry::explain_policy(
+    const std::string& pod_key) const {
+  const common::Policy now = resolve_policy(pod_key);
+  std::set<std::string> annotated;
+  auto pod = by_pod_.find(pod_key);
+  if (pod != by_pod_.end()) {
+    for (const auto& [k, v] : registrations_.at(*pod->second.begin()).policy)
+      annotated.insert(policy_key(k));
+  }
+  const bool tabled = pod == by_pod_.end() && config_.pods.count(pod_key) != 0;
+  const common::Policy base = tabled ? config_.pods.at(pod_key) : config_.defaults;
+  auto overridden = overrides_.find(pod_key);
+  std::vector<PolicyValue> out;
+  for (const char* key : kPolicyKeys) {
+    std::string source = "default";
+    if (overridden != overrides_.end() && overridden->second.count(key) != 0) {
+      source = "override";
+    } else if (annotated.count(key) != 0) {
+      source = "annotation";
+    } else if (tabled && policy_value_text(base, key) != policy_value_text(config_.defaults, key)) {
+      source = "node table";
+    }
+    out.push_back(PolicyValue{key, policy_value_text(now, key), source});
+  }
+  return out;
 }
 
 common::Policy PodRegistry::resolve_policy(const std::string& pod_key) const {
@@ -449,7 +572,9 @@ Pod* PodRegistry::find_key(const std::string& key) {
 void PodRegistry::release_if_unused(uint32_t index) {
   auto it = pods_.find(index);
   if (it == pods_.end() || it->second.processes() != 0) return;
+  const std::string key = it->second.key;
   pods_.erase(it);
+  forget_overrides_if_unknown(key);
   save_state();
 }
 
@@ -481,7 +606,14 @@ SavedState PodRegistry::load_state() {
     if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
   }
   for (const auto& [pod, values] : saved.overrides) {
-    std::string err = set_override(pod, values);
+    bool had_region = false;
+    for (const auto& [index, p] : saved.pods) had_region = had_region || p.key == pod;
+    if (!had_region && !known(pod)) {
+      spdlog::info("{}: pod {} is gone: its live policy override is forgotten", state_file(),
+                   printable(pod));
+      continue;
+    }
+    std::string err = apply_override(pod, values);
     if (!err.empty()) {
       spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), printable(pod), err);
     }

@@ -84,9 +84,30 @@ class PodRegistry {
   const Registration* match_cgroup(const std::string& cgroup) const;
   const std::map<std::string, Registration>& registrations() const { return registrations_; }
 
-  // Live overrides (`quantactl set`); validated; returns "" or an error line.
+  // Live overrides (`quantactl set`, `unset`); validated; return "" or an error line. Only
+  // a pod the arbiter knows (known()) takes one, and it lasts as long as the pod is known:
+  // it goes with the pod's last registration, or with the last process of a pod no
+  // registration names and no [pod] table lists.
   std::string set_override(const std::string& pod_key,
                            const std::map<std::string, std::string>& values);
+  // Removes the named keys of the pod's override ("weight", "min-share"…; all when empty).
+  std::string unset_override(const std::string& pod_key, const std::vector<std::string>& keys);
+  const std::map<std::string, std::map<std::string, std::string>>& overrides() const {
+    return overrides_;
+  }
+  // Registered, with processes now (a region), or named by a [pod."…"] table.
+  bool known(const std::string& pod_key) const;
+
+  // Each value of a pod's policy now and where it came from: "default" (the node's
+  // [defaults]), "node table" ([pod."…"]), "annotation" (its registration) or "override"
+  // (`quantactl set`). In the order weight, priority, min-share, max-share, memory-limit,
+  // quantum.
+  struct PolicyValue {
+    std::string key;
+    std::string value;
+    std::string source;
+  };
+  std::vector<PolicyValue> explain_policy(const std::string& pod_key) const;
 
   // The policy a pod has now: registration or config table, then overrides.
   common::Policy resolve_policy(const std::string& pod_key) const;
@@ -98,6 +119,10 @@ class PodRegistry {
   // at most its namespace_min_share.
   std::string check_minimums(const std::string& pod_key, const common::Policy& policy,
                              const std::vector<std::string>& devices, bool bounded = true) const;
+  // The minimum shares promised on the GPU `uuid`: those of every pod that may use it
+  // (registered for it or for any GPU, or with a region and no registration), whether or
+  // not its processes run there now. The sum the rule above keeps within the GPU.
+  uint64_t promised_minimum_ppm(const std::string& uuid) const;
 
   // Pods with regions.
   // The pod named `key`, its region created if it has none. `claimed_from` is the
@@ -163,6 +188,10 @@ class PodRegistry {
   std::function<bool(const std::string&)> cgroup_alive_ = cgroup_exists;
   std::function<uint64_t()> now_;
   std::map<std::string, std::map<std::string, std::string>> overrides_;
+  // set_override without the check that the pod is known (a restart's saved overrides).
+  std::string apply_override(const std::string& pod_key,
+                             const std::map<std::string, std::string>& values);
+  void forget_overrides_if_unknown(const std::string& pod_key);
   std::map<uint32_t, Pod> pods_;
   uint64_t generation_ = 0;
   std::map<uint32_t, SavedGpu> gpus_;

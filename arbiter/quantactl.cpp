@@ -1,15 +1,21 @@
 // quantactl: the arbiter's admin client. `status` prints a table per GPU (or the raw JSON
 // with --json, schema in docs/quantactl-status.md); `top` refreshes a contention view and
 // `explain POD` tells a pod's last minute (ctl_views.h); `set POD key=value...` changes a
-// pod's policy live; `drain GPU` holds new grants back and waits until the GPU is idle,
-// `undrain` resumes them. Talks newline-delimited JSON over the root-only admin socket.
+// pod's policy live, `unset` removes that, `policy [POD]` shows a pod's values and their
+// sources (or every live override); `drain GPU` holds new grants back and waits until the
+// GPU is idle, `undrain` resumes them. Talks newline-delimited JSON over the root-only admin
+// socket, and waits at most 10 s for an answer.
 #include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -17,7 +23,9 @@
 #include "arbiter/ctl_text.h"
 #include "arbiter/ctl_views.h"
 #include "arbiter/names.h"
-#include "arbiter/unix_socket.h"
+#include "arbiter/event_loop.h"
+#include "common/policy.h"
+#include "common/version.h"
 
 namespace {
 
@@ -29,16 +37,58 @@ std::string shown(const json& j, const char* field) {
   return printable(j.value(field, std::string("?")));
 }
 
+constexpr int kAnswerSeconds = 10;  // how long the arbiter may take to answer
+
+// Why the admin socket could not be reached, and what to check.
+std::string unreachable(const std::string& socket_path, int err) {
+  const std::string where = "cannot reach quanta-arbiter at " + socket_path + ": ";
+  switch (err) {
+    case ENOENT:
+      return where +
+             "no such socket. Is quanta-arbiter running on this node, and is this its [node] "
+             "admin_socket? Give the path with --admin-socket or QUANTA_ADMIN_SOCKET (in the "
+             "DaemonSet, run quantactl inside the arbiter's pod: kubectl -n quanta-system exec "
+             "ds/quanta-node -- quantactl ...)";
+    case EACCES:
+    case EPERM:
+      return where + "permission denied. The admin socket is root-only: run quantactl as root";
+    case ECONNREFUSED:
+      return where +
+             "nothing listens there. The arbiter that made the socket has exited: see its log "
+             "(<state_dir>/quanta-arbiter.log, or the pod's logs) and restart it";
+    default:
+      return where + std::strerror(err);
+  }
+}
+
 json request(const std::string& socket_path, const json& req) {
-  quanta::arbiter::UniqueFd fd = quanta::arbiter::connect_unix(socket_path, SOCK_STREAM);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path)
+    throw std::runtime_error("--admin-socket \"" + printable(socket_path) + "\": a path of 1 to " +
+                             std::to_string(sizeof addr.sun_path - 1) + " bytes");
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  quanta::arbiter::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+    throw std::runtime_error(unreachable(socket_path, errno));
+  const timeval deadline{kAnswerSeconds, 0};
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof deadline);
+  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &deadline, sizeof deadline);
   std::string line = req.dump() + "\n";
   if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    throw std::runtime_error("cannot send the request to " + socket_path);
+    throw std::runtime_error("cannot send the request to " + socket_path + ": " +
+                             std::strerror(errno));
   }
   std::string in;
   char buf[8192];
   while (in.find('\n') == std::string::npos) {
     ssize_t n = ::read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      throw std::runtime_error("quanta-arbiter at " + socket_path + " did not answer within " +
+                               std::to_string(kAnswerSeconds) +
+                               " s: it may be stopped (SIGSTOP) or overloaded; see its log");
     if (n <= 0)
       throw std::runtime_error("the arbiter closed " + socket_path + " without answering");
     in.append(buf, static_cast<size_t>(n));
@@ -48,22 +98,13 @@ json request(const std::string& socket_path, const json& req) {
 
 using quanta::arbiter::ctl::bytes;
 
-// "60s", "500ms", "2m" or plain seconds.
+// --timeout: seconds ("60") or a number with a unit ("500ms", "30s", "5m").
 double parse_seconds(const std::string& text) {
-  size_t end = 0;
-  double value = -1;
-  try {
-    value = std::stod(text, &end);
-  } catch (const std::exception&) {
-    end = 0;
-  }
-  const std::string unit = text.substr(end);
-  double scale = unit.empty() || unit == "s" ? 1.0 : unit == "ms" ? 1e-3 : unit == "m" ? 60.0 : -1;
-  if (end == 0 || scale < 0 || value < 0) {
-    throw std::runtime_error("--timeout \"" + text +
-                             "\" is not a duration: use seconds (60), or 500ms, 30s, 5m");
-  }
-  return value * scale;
+  quanta::common::ParseError err;
+  uint64_t ns = 0;
+  if (!quanta::common::parse_command_duration(text, &ns, &err))
+    throw std::runtime_error(std::string("--timeout: ") + err.text);
+  return static_cast<double>(ns) / 1e9;
 }
 
 const json* find_gpu(const json& status, uint32_t index) {
@@ -166,6 +207,30 @@ void print_unmanaged(const json& gpu) {
   }
 }
 
+// `quantactl policy`: a pod's values and their sources, or every live override.
+void print_policy(const json& response) {
+  if (response.contains("values")) {
+    std::printf("pod %s\n  %-13s %-16s %s\n", shown(response, "pod").c_str(), "KEY", "VALUE",
+                "FROM");
+    for (const json& v : response["values"]) {
+      std::printf("  %-13s %-16s %s\n", shown(v, "key").c_str(), shown(v, "value").c_str(),
+                  shown(v, "source").c_str());
+    }
+    return;
+  }
+  const json& overrides = response.value("overrides", json::object());
+  if (overrides.empty()) {
+    std::printf("no live overrides (`quantactl set POD key=value` makes one)\n");
+    return;
+  }
+  for (const auto& [pod, values] : overrides.items()) {
+    std::string text;
+    for (const auto& [k, v] : values.items())
+      text += " " + printable(k) + "=" + printable(v.is_string() ? v.get<std::string>() : v.dump());
+    std::printf("%s%s\n", printable(pod).c_str(), text.c_str());
+  }
+}
+
 void print_table(const json& status) {
   std::printf("quanta-arbiter scope %s, generation %llu, up %.0f s\n",
               shown(status, "scope").c_str(), status.value("generation", 0ull),
@@ -207,6 +272,7 @@ void print_table(const json& status) {
 
 int main(int argc, char** argv) {
   CLI::App app{"quantactl: inspect and steer quanta-arbiter"};
+  app.set_version_flag("--version", quanta::common::version_line("quantactl"));
   const char* env_socket = std::getenv("QUANTA_ADMIN_SOCKET");
   std::string socket_path = env_socket != nullptr ? env_socket : "/run/quanta-admin/admin.sock";
   app.add_option("--admin-socket", socket_path,
@@ -218,14 +284,30 @@ int main(int argc, char** argv) {
   bool as_json = false;
   status->add_flag("--json", as_json, "print the status JSON (schema: docs/quantactl-status.md)");
 
-  auto* set =
-      app.add_subcommand("set", "change a pod's policy live (applies at the next decision)");
+  auto* set = app.add_subcommand(
+      "set", "change a running or registered pod's policy live (applies at the next decision; "
+             "lasts as long as the pod)");
   std::string pod;
   std::vector<std::string> pairs;
   set->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)")->required();
   set->add_option("VALUES", pairs,
-                  "weight=N priority=P max-share=F memory-limit=BYTES quantum=DURATION")
+                  "weight=1..1000 priority=interactive|batch|best-effort min-share=SHARE "
+                  "max-share=SHARE memory-limit=BYTES quantum=DURATION (SHARE: 0.3 or 30%; "
+                  "BYTES: 512Mi, 10Gi; DURATION: 500us, 20ms)")
       ->required();
+  auto* unset = app.add_subcommand(
+      "unset", "remove a pod's live override (some keys, or all of it): its annotations or the "
+               "node's tables apply again");
+  std::vector<std::string> unset_keys;
+  unset->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)")->required();
+  unset->add_option("KEYS", unset_keys, "weight, priority, min-share, max-share, memory-limit, "
+                                        "quantum (default: every key it overrides)");
+  auto* policy = app.add_subcommand(
+      "policy", "a pod's effective policy and where each value comes from (default, node "
+                "table, annotation, override); without POD, every live override");
+  bool policy_json_out = false;
+  policy->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)");
+  policy->add_flag("--json", policy_json_out, "print the arbiter's policy JSON");
 
   auto* drain = app.add_subcommand(
       "drain", "stop new grants on a GPU or MIG instance and wait until no tenant holds it");
@@ -244,6 +326,8 @@ int main(int argc, char** argv) {
   top->add_option("--interval-ms", interval_ms, "refresh period in milliseconds (default 1000)")
       ->check(CLI::Range(100, 60000));
   top->add_flag("--once", once, "print one frame and exit (no screen control)");
+  top->footer("When standard output is not a terminal, frames are printed one after another "
+              "without screen control, separated by a blank line.");
 
   auto* explain = app.add_subcommand(
       "explain", "a pod's last minute in words and figures: its share against its target, who delayed it, by how much");
@@ -255,7 +339,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 60.0));
   explain->add_flag("--json", explain_json, "print the arbiter's explain JSON (docs/quantactl-status.md)");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as other tools' do
+  }
   try {
     json response;
     if (top->parsed()) {
@@ -278,6 +366,33 @@ int main(int argc, char** argv) {
       } else {
         std::fputs(quanta::arbiter::ctl::render_explain(response).c_str(), stdout);
       }
+      return 0;
+    }
+    if (policy->parsed()) {
+      json req{{"cmd", "policy"}};
+      if (!pod.empty()) req["pod"] = pod;
+      response = request(socket_path, req);
+      if (!response.value("ok", false)) {
+        std::fprintf(stderr, "quantactl: %s\n",
+                     printable(response.value("error", std::string("request failed"))).c_str());
+        return 1;
+      }
+      if (policy_json_out) {
+        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+      } else {
+        print_policy(response);
+      }
+      return 0;
+    }
+    if (unset->parsed()) {
+      response = request(socket_path, {{"cmd", "unset"}, {"pod", pod}, {"keys", unset_keys}});
+      if (!response.value("ok", false)) {
+        std::fprintf(stderr, "quantactl: %s\n",
+                     printable(response.value("error", std::string("request failed"))).c_str());
+        return 1;
+      }
+      std::printf("pod %s: live override removed (%s)\n", printable(pod).c_str(),
+                  unset_keys.empty() ? "all of it" : "the keys named");
       return 0;
     }
     if (status->parsed()) {
@@ -308,9 +423,9 @@ int main(int argc, char** argv) {
       for (const std::string& p : pairs) {
         auto eq = p.find('=');
         if (eq == std::string::npos || eq == 0) {
-          throw std::runtime_error("\"" + p +
-                                   "\" is not key=value (keys: weight, priority, max-share, "
-                                   "memory-limit, quantum)");
+          throw std::runtime_error("\"" + printable(p) +
+                                   "\" is not key=value (keys: weight, priority, min-share, "
+                                   "max-share, memory-limit, quantum)");
         }
         values[p.substr(0, eq)] = p.substr(eq + 1);
       }

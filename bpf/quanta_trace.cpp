@@ -9,8 +9,28 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "common/policy.h"
+#include "common/version.h"
 #include "tools.h"
 #include "trace_run.h"
+
+namespace {
+
+// --duration on every tool: seconds ("30"), or a number with a unit ("500ms", "2s", "5m").
+void add_duration(CLI::App* tool, double* seconds, const std::string& help) {
+  tool->add_option_function<std::string>(
+      "-d,--duration",
+      [seconds](const std::string& text) {
+        quanta::common::ParseError err;
+        uint64_t ns = 0;
+        if (!quanta::common::parse_command_duration(text, &ns, &err))
+          throw CLI::ValidationError("--duration", err.text);
+        *seconds = static_cast<double>(ns) / 1e9;
+      },
+      help + ": seconds (30) or a number with a unit (500ms, 2s, 5m)");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace quanta::bpf;
@@ -21,6 +41,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
 
   CLI::App app{"quanta-trace: bounded eBPF tracing sessions for Quanta"};
+  app.set_version_flag("--version", quanta::common::version_line("quanta-trace"));
   app.require_subcommand(1);
   bool verbose = false;
   app.add_flag("-v,--verbose", verbose, "Show libbpf's own messages");
@@ -30,8 +51,7 @@ int main(int argc, char** argv) {
       "offcpu", "Run-queue latency and off-CPU time of processes, as log2 histograms");
   offcpu_cmd->add_option("-p,--pid", offcpu.pids, "Process (tgid) to trace; repeatable")
       ->required();
-  offcpu_cmd->add_option("-d,--duration", offcpu.duration_s, "Seconds to trace")
-      ->check(CLI::PositiveNumber);
+  add_duration(offcpu_cmd, &offcpu.duration_s, "How long to trace (default 5 s)");
   offcpu_cmd->add_flag("--json", offcpu.json, "Print one JSON object instead of text");
   offcpu_cmd->add_option("--prometheus", offcpu.prometheus_file,
                          "Also write the histograms in Prometheus text format to FILE");
@@ -46,8 +66,7 @@ int main(int argc, char** argv) {
       ->required();
   handoff_cmd->add_option("-p,--pid", handoff.pids,
                           "Trace only these processes (default: all that map the binary)");
-  handoff_cmd->add_option("-d,--duration", handoff.duration_s, "Seconds to trace")
-      ->check(CLI::PositiveNumber);
+  add_duration(handoff_cmd, &handoff.duration_s, "How long to trace (default 5 s)");
   handoff_cmd->add_flag("--json", handoff.json, "Print one JSON object instead of text");
   handoff_cmd->add_option("--timeline", handoff.timeline_file,
                           "Write a Chrome/Perfetto trace JSON timeline to FILE");
@@ -58,8 +77,7 @@ int main(int argc, char** argv) {
   auto* session_cmd = app.add_subcommand(
       "session",
       "Trace the whole node: every arbiter, libquanta.so and libcuda.so.1 user, found by itself");
-  session_cmd->add_option("-d,--duration", session.duration_s, "Seconds to trace (default 30)")
-      ->check(CLI::PositiveNumber);
+  add_duration(session_cmd, &session.duration_s, "How long to trace (default 30 s)");
   session_cmd->add_option("--gpu", session.gpu, "Report only this GPU or MIG instance (UUID)");
   session_cmd->add_option("--pod", session.pod, "Report only this pod (namespace/name)");
   session_cmd->add_option("--perfetto", session.perfetto_file,
@@ -81,7 +99,11 @@ int main(int argc, char** argv) {
   // The global flags may also follow the tool's name.
   for (CLI::App* tool : {offcpu_cmd, handoff_cmd, session_cmd}) tool->fallthrough();
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as other tools' do
+  }
   offcpu.raw_tracepoints = raw_tracepoints;
   session.raw_tracepoints = raw_tracepoints;
   if (verbose) spdlog::set_level(spdlog::level::debug);

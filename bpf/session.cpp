@@ -130,6 +130,7 @@ class Tracer {
   void refresh_arbiter(Arbiter& arbiter);
   void resolve(uint32_t tgid);
   void link_tenants();
+  std::vector<uint64_t> read_counters() const;
 
   const SessionOptions& options_;
   std::unique_ptr<session_bpf, SkeletonDeleter> skel_;
@@ -147,7 +148,8 @@ class Tracer {
   std::set<uint32_t> unresolved_;
   NvmlProcesses nvml_;
   SessionView view_;
-  uint64_t start_ns_ = 0;
+  uint64_t start_ns_ = 0;                    // every probe attached: the session begins
+  std::vector<uint64_t> counters_at_start_;  // the programs' counters then
   uint64_t last_scan_ns_ = 0;
   bool btf_ = true;
   const uint32_t self_ = static_cast<uint32_t>(::getpid());
@@ -157,7 +159,7 @@ int Tracer::on_event(void* ctx, void* data, size_t size) {
   auto* self = static_cast<Tracer*>(ctx);
   if (size < sizeof(quanta_session_event)) return 0;
   const auto& e = *static_cast<const quanta_session_event*>(data);
-  if (e.tgid == self->self_) return 0;
+  if (e.tgid == self->self_ || e.ts_ns < self->start_ns_) return 0;
   self->events_.push_back(e);
   if (!self->names_.count(e.tgid)) self->unresolved_.insert(e.tgid);
   if (e.kind == QUANTA_EV_GATE_WAIT_BEGIN || e.kind == QUANTA_EV_GATE_WAIT_END ||
@@ -392,7 +394,6 @@ void Tracer::link_tenants() {
 }
 
 void Tracer::start() {
-  start_ns_ = monotonic_ns();  // before anything is attached: every event comes after it
   skel_.reset(session_bpf__open());
   if (!skel_) throw TraceError("cannot open the session BPF object: " + errno_text(errno));
   skel_->rodata->sync_events = !options_.perfetto_file.empty() || !options_.svg_file.empty();
@@ -433,10 +434,22 @@ void Tracer::start() {
   scan_new_processes();
   link_tenants();
   nvml_.refresh();
-  // The arbiters' counters once every probe found so far is attached: the session's baseline.
+  // The session proper starts once every probe found so far is attached: what fired while
+  // they were being attached (seconds, on a busy node) is dropped with its counts, so the
+  // session's figures and the arbiters' counters cover the same time.
+  ring_buffer__consume(ring_.get());
+  events_.clear();
+  start_ns_ = monotonic_ns();
+  counters_at_start_ = read_counters();
+  // The arbiters' counters at the same moment: the session's baseline. An arbiter says when
+  // it read them (`taken_ns`); its loop is single-threaded, so every grant it counted fired
+  // its probe before that time and none after: from there the session and its counters
+  // cover the same grants.
   for (auto& [pid, arbiter] : arbiters_) {
     refresh_arbiter(arbiter);
     arbiter.first_status = arbiter.last_status;
+    if (arbiter.first_status)
+      start_ns_ = std::max(start_ns_, arbiter.first_status->value("taken_ns", uint64_t{0}));
   }
   last_scan_ns_ = monotonic_ns();
   size_t shims = 0, drivers = 0, users = 0;
@@ -468,16 +481,8 @@ void Tracer::run() {
       });
 }
 
-SessionView Tracer::finish() {
-  const uint64_t end_ns = monotonic_ns();
-  links_.clear();  // detach: nothing fires after this
-  ring_buffer__consume(ring_.get());
-  for (uint32_t tgid : std::set<uint32_t>(unresolved_)) resolve(tgid);
-  for (auto& [pid, arbiter] : arbiters_) refresh_arbiter(arbiter);
-  nvml_.refresh();
-  link_tenants();
-
-  // Counters, summed over CPUs.
+// The programs' counters, summed over CPUs.
+std::vector<uint64_t> Tracer::read_counters() const {
   const int cpus = std::max(libbpf_num_possible_cpus(), 1);
   std::vector<uint64_t> per_cpu(static_cast<size_t>(cpus));
   std::vector<uint64_t> counters(QUANTA_CNT_COUNT, 0);
@@ -485,6 +490,29 @@ SessionView Tracer::finish() {
     if (bpf_map_lookup_elem(bpf_map__fd(skel_->maps.counters), &i, per_cpu.data()) != 0) continue;
     for (uint64_t v : per_cpu) counters[i] += v;
   }
+  return counters;
+}
+
+SessionView Tracer::finish() {
+  // The arbiters' counters first, and the session ends when they were read (the earliest
+  // reading, so no grant one of them has not counted is in it); then nothing fires.
+  uint64_t end_ns = UINT64_MAX;
+  for (auto& [pid, arbiter] : arbiters_) {
+    refresh_arbiter(arbiter);
+    if (arbiter.last_status && arbiter.last_status->contains("taken_ns"))
+      end_ns = std::min(end_ns, arbiter.last_status->value("taken_ns", end_ns));
+  }
+  if (end_ns == UINT64_MAX || end_ns < start_ns_) end_ns = monotonic_ns();
+  links_.clear();  // detach: nothing fires after this
+  ring_buffer__consume(ring_.get());
+  for (uint32_t tgid : std::set<uint32_t>(unresolved_)) resolve(tgid);
+  nvml_.refresh();
+  link_tenants();
+
+  // Counters over the session.
+  std::vector<uint64_t> counters = read_counters();
+  for (uint32_t i = 0; i < QUANTA_CNT_COUNT; ++i)
+    counters[i] -= std::min(counters[i], counters_at_start_[i]);
   for (uint32_t i = 0; i < QUANTA_CNT_COUNT; ++i)
     view_.probes_fired[kCounterNames[i]] = counters[i];
   view_.events_lost = counters[QUANTA_CNT_EVENTS_LOST];
@@ -497,7 +525,9 @@ SessionView Tracer::finish() {
 
   // The model.
   ModelInput input;
-  input.events = events_;
+  for (const quanta_session_event& e : events_) {
+    if (e.ts_ns <= end_ns) input.events.push_back(e);
+  }
   for (const auto& [pid, arbiter] : arbiters_) input.arbiters.insert(static_cast<uint32_t>(pid));
   input.arbiter_of = arbiter_of_;
   input.start_ns = start_ns_;
@@ -506,9 +536,11 @@ SessionView Tracer::finish() {
     if (!arbiter.first_status) continue;
     for (const auto& gpu : arbiter.first_status->value("gpus", nlohmann::json::array())) {
       const auto& holder = gpu.value("holder", nlohmann::json());
+      const GpuKey key{static_cast<uint32_t>(pid), gpu.value("index", 0u)};
       if (holder.is_object() && holder.contains("slot"))
-        input.seed_holders[GpuKey{static_cast<uint32_t>(pid), gpu.value("index", 0u)}] =
-            holder.value("slot", 0u);
+        input.seed_holders[key] = holder.value("slot", 0u);
+      if (gpu.value("last_granted", nlohmann::json()).is_number_unsigned())
+        input.seed_granted[key] = gpu.value("last_granted", 0u);
     }
   }
   view_.model = build_model(std::move(input));

@@ -85,6 +85,8 @@ std::pair<uint64_t, uint64_t> active_span(const SessionView& view, const GpuMode
     from = std::min(from, wait.begin_ns);
     to = std::max(to, wait.end_ns);
   }
+  from = std::max(from, view.model.start_ns);  // a wait in progress at the start began before
+  to = std::min(to, view.model.end_ns);
   if (from >= to) return {view.model.start_ns, view.model.end_ns};
   return {from, to};
 }

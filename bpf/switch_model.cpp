@@ -337,6 +337,7 @@ Model build_model(ModelInput input) {
     }
     return st;
   };
+  for (const auto& [key, slot] : input.seed_granted) state_of(key).last_granted = slot;
   for (const auto& [key, slot] : input.seed_holders) {
     GpuState& st = state_of(key);
     HoldRecord hold;

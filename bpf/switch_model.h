@@ -30,6 +30,8 @@ struct ModelInput {
   std::set<uint32_t> arbiters;               // arbiter tgids: their events are grants & co.
   std::map<uint32_t, uint32_t> arbiter_of;   // tenant tgid -> its arbiter's tgid
   std::map<GpuKey, uint32_t> seed_holders;   // slot holding each GPU when the session began
+  std::map<GpuKey, uint32_t> seed_granted;   // slot granted last then (held or not): a grant
+                                             // to another slot is the session's first switch
   uint64_t start_ns = 0;                     // session bounds, CLOCK_MONOTONIC
   uint64_t end_ns = 0;
 };

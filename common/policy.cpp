@@ -160,7 +160,10 @@ bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
     const char* name;
     uint64_t ns;
   };
-  static constexpr Unit kUnits[] = {{"ns", 1}, {"us", 1000}, {"µs", 1000}, {"ms", 1000000}, {"s", 1000000000}};
+  static constexpr Unit kUnits[] = {{"ns", 1},          {"us", 1000},
+                                    {"µs", 1000},       {"ms", 1000000},
+                                    {"s", 1000000000},  {"m", 60000000000ull},
+                                    {"h", 3600000000000ull}};
   Decimal d;
   size_t used = parse_decimal(text, &d);
   std::string_view unit = used == 0 ? std::string_view() : text.substr(used);
@@ -177,8 +180,26 @@ bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
     }
   }
   return fail(err,
-              "duration \"%s\" is not allowed: use a positive number with a unit ns, us, ms "
-              "or s (\"20ms\")",
+              "duration \"%s\" is not allowed: use a positive number with a unit ns, us, ms, "
+              "s, m or h (\"20ms\")",
+              quoted(text).text);
+}
+
+bool parse_command_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
+  Decimal d;
+  const size_t used = parse_decimal(text, &d);
+  if (used != 0 && used == text.size()) {
+    const unsigned __int128 ns = static_cast<unsigned __int128>(d.whole) * 1000000000u + d.frac_nano;
+    if (!d.overflow && ns > 0 && ns <= UINT64_MAX) {
+      *out_ns = static_cast<uint64_t>(ns);
+      return true;
+    }
+  } else if (parse_duration(text, out_ns, err)) {
+    return true;
+  }
+  return fail(err,
+              "duration \"%s\" is not allowed: use a positive number of seconds (\"30\") or a "
+              "number with a unit ns, us, ms, s, m or h (\"500ms\", \"2s\", \"5m\")",
               quoted(text).text);
 }
 

@@ -37,8 +37,12 @@ bool parse_priority(std::string_view text, Priority* out, ParseError* err);
 bool parse_share(std::string_view text, uint32_t* out_ppm, ParseError* err);
 // Bytes with an optional Kubernetes quantity suffix: "1048576", "512Mi", "10Gi", "2G", "1.5Gi".
 bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err);
-// A duration with a unit: "500us", "20ms", "1s" (also "ns"); bare numbers are refused.
+// A duration with a unit: "500us", "20ms", "1s", "5m", "1h" (also "ns"); bare numbers are
+// refused. The one grammar of durations in config files, annotations and the environment.
 bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err);
+// The same on a command line, where a plain number is seconds ("30" = "30s"), as every
+// tool's --duration and --timeout has always taken it.
+bool parse_command_duration(std::string_view text, uint64_t* out_ns, ParseError* err);
 
 const char* priority_name(Priority p);
 

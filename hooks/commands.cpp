@@ -54,10 +54,18 @@ CdiOptions options_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
   return o;
 }
 
+// Every file a generator writes is named on stderr (stdout may carry the spec itself).
+void wrote(const std::string& path) {
+  std::fprintf(stderr, "quanta-hook: wrote %s\n", printable(path).c_str());
+}
+
 void write_node_files(const arbiter::NodeConfig& config, const Layout& layout) {
   write_file_atomically(layout.node_conf(), node_conf_text(config, layout), 0644);
+  wrote(layout.node_conf());
   write_file_atomically(layout.preload(), preload_text(), 0644);
+  wrote(layout.preload());
   write_file_atomically(layout.container_conf_placeholder(), container_conf_placeholder_text(), 0644);
+  wrote(layout.container_conf_placeholder());
 }
 
 void write_output(const std::string& output, const std::string& text) {
@@ -65,6 +73,7 @@ void write_output(const std::string& output, const std::string& text) {
     std::cout << text << std::flush;
   } else {
     write_file_atomically(output, text, 0644);
+    wrote(output);
   }
 }
 
@@ -169,6 +178,7 @@ void hooksd_generate(const HooksdGenerateArgs& a) {
       std::cout << file.dump() << "\n";
     } else {
       write_file_atomically(a.output + "/" + name, file.dump(2) + "\n", 0644);
+      wrote(a.output + "/" + name);
     }
   }
 }

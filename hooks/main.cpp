@@ -5,11 +5,13 @@
 
 #include "hooks/commands.h"
 #include "hooks/error.h"
+#include "common/version.h"
 
 int main(int argc, char** argv) {
   using namespace quanta::hooks;
   CLI::App app{"quanta-hook: brings Quanta into GPU containers (CDI spec, hooks.d files, "
                "OCI hook stages); see docs/containers.md"};
+  app.set_version_flag("--version", quanta::common::version_line("quanta-hook"));
   app.require_subcommand(1);
   auto common = [](CLI::App* cmd, CommonArgs* c) {
     cmd->add_option("--config", c->config, "node config (default /etc/quanta/quanta.toml)");
@@ -44,7 +46,8 @@ int main(int argc, char** argv) {
   HooksdGenerateArgs h;
   common(hooksd_gen, &h.common);
   hooksd_gen->add_option("--output", h.output,
-                         "folder, or - for stdout (default /etc/containers/oci/hooks.d)");
+                         "folder, or - for stdout (default /etc/containers/oci/hooks.d); the node "
+                         "files go under --prefix whatever the output (--spec-only: not at all)");
   hooksd_gen->add_option("--format", h.format, "json (hooks.d reads JSON only)");
   hooksd_gen->add_flag("--spec-only", h.spec_only, "write the hooks.d files only, not the node files");
 
@@ -59,7 +62,11 @@ int main(int argc, char** argv) {
     stages.emplace_back(stage, name);
   }
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as other tools' do
+  }
   try {
     if (cdi_gen->parsed()) {
       c.common.config_given = cdi_gen->count("--config") > 0;

@@ -529,7 +529,8 @@ void connect_first_time() {
   } else {
     if (!options().unplaced_closed) {
       if (hello.outcome == HelloOutcome::kNoArbiter) {
-        QUANTA_LOG_INFO(
+        // A warning: a pod that runs unmanaged must be visible at the default level.
+        QUANTA_LOG_WARN(
             "no arbiter at %s (%s): running ungated and uncapped until it is "
             "reachable; retrying",
             options().socket_path, hello.text);

@@ -53,7 +53,13 @@ class Timeline {
     sched_->set_want(slot, w, now);
     pass();
   }
+  void ends_own_quantum(SlotId slot) { sched_->set_ends_own_quantum(slot, true); }
+  uint64_t self_end() const { return sched_->self_end_ns(); }
   void release(SlotId slot) {
+    const uint64_t own_end = sched_->self_end_ns();
+    if (sched_->state(slot) == TenantState::kHolding && sched_->holder() == slot &&
+        own_end != 0 && own_end < now)
+      acct.drained_own_quantum(slot, own_end);
     sched_->released(slot, now);
     acct.released(slot, now);
     pass();
@@ -181,6 +187,35 @@ TEST(Accounting, AHolderThatIgnoresARevokeIsCountedAndDrainsUntilItReleases) {
   EXPECT_EQ(stuck.drain.count(), 1u);
   EXPECT_EQ(stuck.drain.sum_ns(), 130 * kMs) << "revoke to release, the pass-over included";
   EXPECT_EQ(behind(t.acct, "ns/next", "ns/stuck"), 120 * kMs);
+}
+
+// A shim that ends its own quantum is never revoked: it stops launching at the end the
+// arbiter published and releases once its work is done. That tail is a drain, counted as
+// a revoked holder's is, not time running.
+TEST(Accounting, AHolderThatEndsItsOwnQuantumDrainsFromThatEnd) {
+  Timeline t;
+  t.add(0, 1, "ns/self");
+  t.add(1, 2, "ns/next");
+  t.ends_own_quantum(0);
+  t.want(0, true);
+  const uint64_t granted = t.now;
+  t.run(1 * kMs, 0);
+  t.want(1, true);
+  ASSERT_EQ(t.state(1), TenantState::kWaiting);
+  t.run(10 * kMs, 0);
+  const uint64_t end = t.self_end();
+  ASSERT_GT(end, t.now) << "the holder's own end is published";
+  t.now = end + 3 * kMs;  // it drains 3 ms past its end, with no pass in between
+  t.release(0);
+  ASSERT_EQ(t.state(1), TenantState::kHolding);
+  t.acct.advance(t.now);
+  const PodAccount& self = *t.acct.pod("ns/self");
+  EXPECT_EQ(phase(self, Phase::kRunning), end - granted);
+  EXPECT_EQ(phase(self, Phase::kDraining), 3 * kMs);
+  EXPECT_EQ(self.totals.held_ns, end + 3 * kMs - granted) << "the drain is held time too";
+  EXPECT_EQ(self.drain.count(), 1u);
+  EXPECT_EQ(self.drain.sum_ns(), 3 * kMs);
+  EXPECT_EQ(behind(t.acct, "ns/next", "ns/self"), end + 3 * kMs - granted - 1 * kMs);
 }
 
 TEST(Accounting, ADepartedPodKeepsItsHistoryForExplainThenIsForgotten) {
@@ -400,6 +435,19 @@ TEST(Capacity, FitsCountSharesAndPromisedMinimums) {
   uncapped.memory_used = 3ull << 30;
   EXPECT_EQ(gpu_capacity({uncapped}, 8ull << 30, 1ull << 30, 255, {}).memory_unpromised,
             4ull << 30);
+}
+
+// Minimums promised to pods that may use the GPU but run nowhere yet still bind: no new
+// minimum fits beside a GPU promised whole, though the time is free now.
+TEST(Capacity, MinimumsOfPodsNotRunningHereStillLeaveNoRoom) {
+  FitProbe tenth;
+  ASSERT_EQ(parse_fit_probe("0.1", "0", &tenth), "");
+  const GpuCapacity c = gpu_capacity({}, 1ull << 30, 0, 255, {tenth}, 1.0);
+  EXPECT_NEAR(c.promised_min_share, 1.0, 1e-9);
+  EXPECT_EQ(c.fits[0], 0u);
+  EXPECT_NEAR(c.new_pod_share, 1.0, 1e-6) << "the time is free now";
+  EXPECT_EQ(gpu_capacity({load(1, 1, 1, 0.3)}, 1ull << 30, 0, 255, {tenth}, 0.5).fits[0], 5u)
+      << "0.5 promised in all, 0.3 of it to the pod here";
 }
 
 TEST(Capacity, ProbesRefuseWhatTheyCannotMean) {

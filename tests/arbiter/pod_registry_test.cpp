@@ -194,6 +194,24 @@ TEST_F(PodRegistryBounds, ANamespacesMinimumsAreCappedAndARefusalNamesNoOtherPod
   EXPECT_EQ(full.find("team-b"), std::string::npos) << full;
 }
 
+// What capacity reports as promised on one GPU is what admission counted: the minimums of
+// pods registered for it or for any GPU, running there or not.
+TEST_F(PodRegistryBounds, TheMinimumsPromisedOnAGpuAreThoseOfEveryPodThatMayUseIt) {
+  auto on = [&](const std::string& id, const std::string& pod, std::vector<std::string> devices,
+                const std::string& min) {
+    Registration r = reg(id, "team-" + id, pod, {{"min-share", min}});
+    r.devices = std::move(devices);
+    return pods_.register_container(r);
+  };
+  ASSERT_EQ(on("a", "on-a", {"GPU-a"}, "30%"), "");
+  ASSERT_EQ(on("b", "anywhere", {}, "20%"), "");
+  ASSERT_EQ(on("c", "on-b", {"GPU-b"}, "30%"), "");
+  ASSERT_EQ(pods_.register_container(reg("d", "team-d", "none", {})), "");
+  EXPECT_EQ(pods_.promised_minimum_ppm("GPU-a"), 500'000u);
+  EXPECT_EQ(pods_.promised_minimum_ppm("GPU-b"), 500'000u);
+  EXPECT_EQ(pods_.promised_minimum_ppm("GPU-c"), 200'000u);
+}
+
 // One pod, one policy: a second container of a live pod asking for other values is refused
 // (a runtime gives all containers of a pod the same annotations), and the pod's policy is
 // re-resolved from what stays registered.

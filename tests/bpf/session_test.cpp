@@ -501,6 +501,41 @@ TEST(BpfSession, PodFilterKeepsOnlyThatPod) {
   for (const json& p : run.report["processes"]) EXPECT_EQ(p["pod"], "bpf/two") << p.dump();
 }
 
+// A session started beside tenants that already run: its figures cover the session from
+// the moment every probe was attached, not the seconds spent attaching them, and its
+// grants and switches are exactly the ones the arbiter counted over the same time.
+TEST(BpfSession, JoiningBusyTenantsCountsFromItsStartAsTheArbiterDoes) {
+  REQUIRE_BPF_OR_SKIP();
+  ArbiterConfig config;
+  config.quantum = "5ms";
+  World world("BpfSessionJoins", config);
+  world.start_arbiter();
+  std::vector<Child> tenants;
+  for (const char* pod : {"bpf/one", "bpf/two"}) {
+    tenants.push_back(world.spawn_tenant(
+        {"batch", "--kernel-ms", "1", "--depth", "2", "--seconds", "12"}, pod, true));
+  }
+  ASSERT_TRUE(eventually(10, [&] { return status_of(world)["gpus"][0]["switches"] > 20; }))
+      << "the tenants switch before the session starts";
+  Child trace = world.spawn({QUANTA_TRACE_PATH, "session", "--duration", "2s", "--json"},
+                            world.tenant_env("", false));
+  ASSERT_EQ(trace.wait(60), 0) << trace.err();
+  for (Child& tenant : tenants) EXPECT_EQ(tenant.wait(40), 0) << tenant.err();
+  const json report = json::parse(trace.out(), nullptr, false);
+  ASSERT_TRUE(report.is_object()) << trace.out();
+  const double duration = report["duration_s"].get<double>();
+  EXPECT_NEAR(duration, 2.0, 0.5);
+  SessionRun run;
+  run.report = report;
+  const json& gpu = gpu_of(run, world.arbiter().pid());
+  EXPECT_GT(gpu["in_use_s"].get<double>(), duration - 0.5) << "the GPU was busy throughout";
+  EXPECT_LE(gpu["in_use_s"].get<double>(), duration + 0.1)
+      << "time in use is of the session, not of the attach phase before it";
+  EXPECT_GT(gpu["switches"].get<uint64_t>(), 20u);
+  EXPECT_EQ(gpu["switches"], gpu["arbiter_counted"]["switches"]) << gpu.dump();
+  EXPECT_EQ(gpu["grants"], gpu["arbiter_counted"]["grants"]) << gpu.dump();
+}
+
 TEST(BpfSession, BadFilterValuesAreRejectedNamingTheAllowedForm) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--gpu", "0"}, "--gpu '0' is not a GPU or MIG UUID: want GPU-... or MIG-..."},

@@ -105,12 +105,13 @@ if (mode === "metrics") {
 if (mode === "annotations") {
   // The keys the annotation parser accepts, asked of it: quanta-hook and `quantactl set`
   // both go through the arbiter's apply_policy_value, which lists them for an unknown key.
-  // A short-lived arbiter on simgpu answers the `set`.
+  // A short-lived arbiter on simgpu answers the `set` (for a pod its table names: `set` takes
+  // only pods the arbiter knows).
   const quantactl = path.join(buildDir(), "bin/quantactl");
   const scope = `qdocs${process.pid}`;
   const sim = `quanta-docs-${process.pid}`;
   fs.writeFileSync(path.join(tmp, "arbiter.toml"), `[node]\nscope = "${scope}"\ntenant_socket = "${tmp}/t.sock"\n` +
-    `admin_socket = "${tmp}/a.sock"\nstate_dir = "${tmp}/state"\n`);
+    `admin_socket = "${tmp}/a.sock"\nstate_dir = "${tmp}/state"\n[pod."docs/probe"]\nweight = 1\n`);
   const env = { ...process.env, LD_LIBRARY_PATH: path.join(buildDir(), "sim"), SIMGPU_STATE: sim };
   const daemon = spawn(arbiter, ["--foreground", "--config", path.join(tmp, "arbiter.toml")], { env, stdio: "ignore" });
   let answer = "";

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 
 #include "test_files.h"
@@ -192,6 +193,8 @@ TEST_F(Cli, CdiGenerateWritesTheSpecAndNodeFilesAtomically) {
   const std::string prefix = dir_ + "/prefix";
   Result r = hook({"cdi", "generate", "--config", config(), "--prefix", prefix, "--output", dir_ + "/cdi/quanta.json"});
   ASSERT_EQ(r.code, 0) << r.err;
+  for (const std::string& written : {dir_ + "/cdi/quanta.json", prefix + "/etc/node.conf"})
+    EXPECT_NE(r.err.find("quanta-hook: wrote " + written + "\n"), std::string::npos) << r.err;
   json spec = json::parse(read(dir_ + "/cdi/quanta.json"));
   EXPECT_EQ(spec["kind"], "quanta.dev/gpu");
   EXPECT_EQ(spec["devices"].size(), 5u) << "two GPUs by index and UUID, and all";
@@ -217,9 +220,23 @@ TEST_F(Cli, CdiGenerateWritesTheSpecAndNodeFilesAtomically) {
   EXPECT_NE(r.code, 0) << "the hooks' environment is fixed: no option adds to it";
 }
 
+TEST_F(Cli, VersionNamesTheReleaseAndTheInterfacesItSpeaks) {
+  const Result r = hook({"--version"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex("quanta-hook [0-9]+\\.[0-9]+\\.[0-9]+ \\(shared-memory "
+                                                 "layout [0-9]+, tenant protocol [0-9]+\\)\n")))
+      << r.out;
+  EXPECT_EQ(hook({"cdi", "generate", "--no-such-option"}).code, 2) << "a usage error exits 2";
+}
+
 TEST_F(Cli, HooksdGenerateWritesOneFilePerStageMatchingOurAnnotations) {
   Result r = hook({"hooksd", "generate", "--config", config(), "--prefix", dir_ + "/p", "--output", dir_ + "/hooks.d"});
   ASSERT_EQ(r.code, 0) << r.err;
+  // It names every file it wrote, the node files under the prefix too.
+  for (const std::string& written :
+       {dir_ + "/hooks.d/quanta-create-runtime.json", dir_ + "/hooks.d/quanta-poststop.json",
+        dir_ + "/p/etc/node.conf", dir_ + "/p/etc/ld.so.preload", dir_ + "/p/etc/container.conf"})
+    EXPECT_NE(r.err.find("quanta-hook: wrote " + written + "\n"), std::string::npos) << r.err;
   for (const auto& [file, stage] : {std::pair{"quanta-create-runtime.json", "createRuntime"},
                                     std::pair{"quanta-create-container.json", "createContainer"},
                                     std::pair{"quanta-poststop.json", "poststop"}}) {

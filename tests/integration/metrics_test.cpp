@@ -412,6 +412,38 @@ TEST(Metrics, ContentionAttributionAgreesWithTheExecutionLog) {
 
 // One pod keeps the GPU busy, one runs 2 ms requests 50 times a second: each pod's
 // utilisation is its own busy fraction, as the engine ran it, not one value for both.
+// The shim ends its own quantum at the end the arbiter publishes, so the arbiter never
+// revokes it: the tail in which it waits for its queued work after that end is still a
+// drain, in its pod's drain histogram, its draining time and what explain says.
+TEST(Metrics, HoldersThatEndTheirOwnQuantaAreSeenDraining) {
+  ArbiterConfig config;
+  config.extra = metrics_toml();
+  World world("metrics-own-drains", config);
+  world.start_arbiter();
+  Child one = world.spawn_tenant({"batch", "--seconds", "4", "--kernel-ms", "3", "--depth", "2"},
+                                 "drains/one", true);
+  Child two = world.spawn_tenant({"batch", "--seconds", "4", "--kernel-ms", "3", "--depth", "2"},
+                                 "drains/two", true);
+  sleep_ms(3000);
+  const Scrape scrape = http_get(metrics_address(world), "/metrics");
+  const json explain = world.admin({{"cmd", "explain"}, {"pod", "drains/one"}});
+  const json status = world.admin({{"cmd", "status"}});
+  ASSERT_EQ(one.wait(30), 0) << one.err();
+  ASSERT_EQ(two.wait(30), 0) << two.err();
+  ASSERT_EQ(scrape.status, 200);
+  const double grants = scrape.value("quanta_pod_grants_total", {{"pod", "one"}});
+  const double drains = scrape.value("quanta_pod_drain_seconds_count", {{"pod", "one"}});
+  EXPECT_GT(grants, 20) << "two busy tenants with 20 ms quanta take turns";
+  ASSERT_GT(status["gpus"][0]["ended_by_holder"].get<uint64_t>(), 10u)
+      << "the holders end their own quanta: " << status.dump();
+  EXPECT_GT(drains, grants / 4) << "a holder with queued work drains past its quantum's end";
+  const double drained_s =
+      scrape.value("quanta_pod_time_seconds_total", {{"pod", "one"}, {"state", "draining"}});
+  EXPECT_GT(drained_s, 0.01);
+  ASSERT_TRUE(explain.value("ok", false)) << explain.dump();
+  EXPECT_GT(explain["gpus"][0]["phases"]["draining"].get<double>(), 0.01) << explain.dump();
+}
+
 TEST(Metrics, PerPodUtilisationIsEachPodsOwnBusyTime) {
   ArbiterConfig config;
   config.nvml_interval = "200ms";
@@ -487,6 +519,39 @@ TEST(Capacity, AHalfBusyGpuWithMostMemoryPromisedFitsNoFortyPercentPod) {
   EXPECT_EQ(
       scrape.value("quanta_gpu_pods_fit", {{"gpu", "0"}, {"share", "0.25"}, {"memory", "20%"}}), 1);
   memory.signal(SIGKILL);
+}
+
+// The whole GPU is promised (minimums 0.9 and 0.1) and both pods want it all the time: the
+// figures say so. Each pod's minimum is exported, a newcomer would get nothing and no pod of
+// a 10% share fits, whatever the weights alone would suggest; `quantactl top` agrees.
+TEST(Capacity, GuaranteedMinimumsLeaveNoRoomOnAFullyPromisedGpu) {
+  ArbiterConfig config;
+  config.nvml_interval = "200ms";
+  config.extra = metrics_toml("fit_probes = [{share = 0.1, memory = \"1%\"}]\n") +
+                 "[pod.\"min/most\"]\nmin_share = 0.9\n[pod.\"min/rest\"]\nmin_share = 0.1\n";
+  World world("capacity-minimums", config);
+  world.start_arbiter();
+  Child most = world.spawn_tenant({"batch", "--seconds", "7", "--kernel-ms", "2"}, "min/most", true);
+  Child rest = world.spawn_tenant({"batch", "--seconds", "7", "--kernel-ms", "2"}, "min/rest", true);
+  sleep_ms(4000);
+  const Scrape scrape = http_get(metrics_address(world), "/metrics");
+  ASSERT_EQ(scrape.status, 200) << world.arbiter_log();
+  Child top = world.spawn(
+      {QUANTACTL_BINARY, "--admin-socket", world.admin_socket(), "top", "--once"}, {});
+  ASSERT_EQ(top.wait(10), 0) << top.err();
+  ASSERT_EQ(most.wait(30), 0) << most.err();
+  ASSERT_EQ(rest.wait(30), 0) << rest.err();
+
+  EXPECT_NEAR(scrape.value("quanta_pod_min_share_ratio", {{"pod", "most"}}), 0.9, 1e-9);
+  EXPECT_NEAR(scrape.value("quanta_pod_min_share_ratio", {{"pod", "rest"}}), 0.1, 1e-9);
+  const std::map<std::string, std::string> gpu = {{"gpu", "0"}};
+  EXPECT_LT(scrape.value("quanta_gpu_new_pod_share_ratio", gpu), 0.02);
+  EXPECT_EQ(scrape.value("quanta_gpu_pods_fit", {{"gpu", "0"}, {"share", "0.1"}, {"memory", "1%"}}),
+            0);
+  EXPECT_EQ(scrape.value("quanta_node_pods_fit", {{"share", "0.1"}, {"memory", "1%"}}), 0);
+  EXPECT_NEAR(scrape.value("quanta_gpu_min_share_promised_ratio", gpu), 1.0, 1e-9);
+  EXPECT_NE(top.out().find("a new batch pod would get 0.0%"), std::string::npos) << top.out();
+  EXPECT_NE(top.out().find("minimums promised 100.0%"), std::string::npos) << top.out();
 }
 
 // Clients that connect and say nothing, send half a request, or never read what they
