@@ -7,6 +7,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -109,6 +110,9 @@ void detach(const std::string& log_path) {
       _exit(0);
     }
     if (word.empty()) word = "the detached arbiter exited before it served; see " + log_path;
+    // It exits right after saying why: gone when this command returns.
+    while (waitpid(child, nullptr, 0) < 0 && errno == EINTR) {
+    }
     std::fprintf(stderr, "quanta-arbiter: %s\n", word.c_str());
     _exit(1);
   }

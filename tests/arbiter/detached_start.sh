@@ -27,7 +27,7 @@ if "$arbiter" --config "$run/quanta.toml" 2>"$run/second.err"; then
   echo "a second detached arbiter on a held scope exited 0:"; cat "$run/second.err"; exit 1
 fi
 grep -q "is running" "$run/second.err" || { echo "the refusal does not say another arbiter runs:"; cat "$run/second.err"; exit 1; }
-[[ $(pgrep -fc "$run/quanta.toml") == 1 ]] || { echo "the refused arbiter still runs"; exit 1; }
+[[ $(pgrep -fc "$run/quanta.toml") == 1 ]] || { echo "the refused arbiter still runs after its start returned"; exit 1; }
 kill -TERM "$pid"
 for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || { echo "stopped on SIGTERM"; exit 0; }; sleep 0.05; done
 echo "detached quanta-arbiter (pid $pid) still runs 3 s after SIGTERM"
