@@ -98,6 +98,14 @@ json request(const std::string& socket_path, const json& req) {
 
 using quanta::arbiter::ctl::bytes;
 
+// An answer with "ok": false: its error, escaped, on stderr.
+bool refused(const json& response) {
+  if (response.value("ok", false)) return false;
+  std::fprintf(stderr, "quantactl: %s\n",
+               printable(response.value("error", std::string("request failed"))).c_str());
+  return true;
+}
+
 // --timeout: seconds ("60") or a number with a unit ("500ms", "30s", "5m").
 double parse_seconds(const std::string& text) {
   quanta::common::ParseError err;
@@ -356,11 +364,7 @@ int main(int argc, char** argv) {
     }
     if (explain->parsed()) {
       response = request(socket_path, {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", explain_seconds}});
-      if (!response.value("ok", false)) {
-        std::fprintf(stderr, "quantactl: %s\n",
-                     printable(response.value("error", std::string("request failed"))).c_str());
-        return 1;
-      }
+      if (refused(response)) return 1;
       if (explain_json) {
         std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       } else {
@@ -372,11 +376,7 @@ int main(int argc, char** argv) {
       json req{{"cmd", "policy"}};
       if (!pod.empty()) req["pod"] = pod;
       response = request(socket_path, req);
-      if (!response.value("ok", false)) {
-        std::fprintf(stderr, "quantactl: %s\n",
-                     printable(response.value("error", std::string("request failed"))).c_str());
-        return 1;
-      }
+      if (refused(response)) return 1;
       if (policy_json_out) {
         std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       } else {
@@ -386,11 +386,7 @@ int main(int argc, char** argv) {
     }
     if (unset->parsed()) {
       response = request(socket_path, {{"cmd", "unset"}, {"pod", pod}, {"keys", unset_keys}});
-      if (!response.value("ok", false)) {
-        std::fprintf(stderr, "quantactl: %s\n",
-                     printable(response.value("error", std::string("request failed"))).c_str());
-        return 1;
-      }
+      if (refused(response)) return 1;
       std::printf("pod %s: live override removed (%s)\n", printable(pod).c_str(),
                   unset_keys.empty() ? "all of it" : "the keys named");
       return 0;
@@ -431,11 +427,7 @@ int main(int argc, char** argv) {
       }
       response = request(socket_path, {{"cmd", "set"}, {"pod", pod}, {"values", values}});
     }
-    if (!response.value("ok", false)) {
-      std::fprintf(stderr, "quantactl: %s\n",
-                   printable(response.value("error", std::string("request failed"))).c_str());
-      return 1;
-    }
+    if (refused(response)) return 1;
     if (status->parsed()) {
       if (as_json) {
         std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
