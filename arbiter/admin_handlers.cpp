@@ -9,6 +9,7 @@
 #include "arbiter/arbiter.h"
 #include "arbiter/names.h"
 #include "common/clock.h"
+#include "common/pod_key.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -82,8 +83,17 @@ json Arbiter::context_overhead_json() const {
   return out;
 }
 
+// The pod a request names, as every quantactl command names it (resolve_pod_name); an
+// unknown name is left as it is, for the handler's own message.
+std::string Arbiter::pod_named(const std::string& wanted, std::string* error) const {
+  const std::string key = common::resolve_pod_name(pods_.known_keys(), wanted, error);
+  return key.empty() ? wanted : key;
+}
+
 json Arbiter::set_policy(const AdminRequest& request) {
-  const std::string& pod = request.pod;
+  std::string ambiguous;
+  const std::string pod = pod_named(request.pod, &ambiguous);
+  if (!ambiguous.empty()) return error(ambiguous);
   std::string err = pods_.set_override(pod, request.values);
   if (!err.empty()) return error(err);
   pods_.save_state();
@@ -101,7 +111,9 @@ json Arbiter::set_policy(const AdminRequest& request) {
 }
 
 json Arbiter::unset_policy(const AdminRequest& request) {
-  const std::string& pod = request.pod;
+  std::string ambiguous;
+  const std::string pod = pod_named(request.pod, &ambiguous);
+  if (!ambiguous.empty()) return error(ambiguous);
   std::string err = pods_.unset_override(pod, request.keys);
   if (!err.empty()) return error(err);
   pods_.save_state();
@@ -124,14 +136,17 @@ json Arbiter::policy_json(const AdminRequest& request) const {
     for (const auto& [pod, values] : pods_.overrides()) overrides[pod] = values;
     return json{{"ok", true}, {"overrides", overrides}};
   }
-  if (!pods_.known(request.pod))
-    return error("pod " + printable(request.pod) +
+  std::string ambiguous;
+  const std::string pod = pod_named(request.pod, &ambiguous);
+  if (!ambiguous.empty()) return error(ambiguous);
+  if (!pods_.known(pod))
+    return error("pod " + printable(pod) +
                  " is not known to this arbiter (no registered container, no process and no "
                  "[pod] table): check its name with `quantactl status`");
   json values = json::array();
-  for (const PodRegistry::PolicyValue& v : pods_.explain_policy(request.pod))
+  for (const PodRegistry::PolicyValue& v : pods_.explain_policy(pod))
     values.push_back({{"key", v.key}, {"value", v.value}, {"source", v.source}});
-  return json{{"ok", true}, {"pod", request.pod}, {"values", values}};
+  return json{{"ok", true}, {"pod", pod}, {"values", values}};
 }
 
 json Arbiter::register_container(const AdminRequest& request) {

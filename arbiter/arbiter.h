@@ -171,6 +171,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   nlohmann::json set_policy(const AdminRequest& request);
   nlohmann::json unset_policy(const AdminRequest& request);
   nlohmann::json policy_json(const AdminRequest& request) const;
+  std::string pod_named(const std::string& wanted, std::string* error) const;
   nlohmann::json register_container(const AdminRequest& request);
   nlohmann::json unregister_container(const AdminRequest& request);
   nlohmann::json node_devices_json() const;

@@ -9,12 +9,14 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "arbiter/accounting.h"
 #include "arbiter/capacity.h"
 #include "arbiter/nvml_sampler.h"
+#include "common/pod_key.h"
 #include "common/policy.h"
 
 namespace quanta::arbiter {
@@ -97,8 +99,8 @@ inline constexpr const char* kRefusalReasons[] = {"unregistered", "no-pod",   "p
                                                   "region",       "pod-full", "other"};
 const char* refusal_reason(const std::string& text);
 
-// "ns/name" -> ("ns", "name"); a key without '/' (a development pod named by QUANTA_POD)
-// is ("default", key); "uid:<uid>" (a registration without a name) is ("", key).
-std::pair<std::string, std::string> split_pod_key(const std::string& key);
+// Pod keys as operators name them (common/pod_key.h).
+using common::resolve_pod_name;
+using common::split_pod_key;
 
 }  // namespace quanta::arbiter

@@ -31,6 +31,9 @@ struct Observation {
   std::vector<uint64_t> reading_at_ns;
   std::vector<std::map<pid_t, uint64_t>> busy_charged;
   std::string hostname;
+  // Unix time the arbiter started, read once: worked out again at every scrape it would
+  // move by the clocks' jitter, and Prometheus' changes() would count each move a restart.
+  double start_time_s = 0;
 };
 
 }  // namespace quanta::arbiter

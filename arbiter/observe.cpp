@@ -15,6 +15,7 @@
 #include "arbiter/death_watch.h"
 #include "arbiter/figures.h"
 #include "arbiter/observation.h"
+#include "arbiter/wait_budget.h"
 #include "common/clock.h"
 #include "common/version.h"
 
@@ -89,13 +90,6 @@ const char* refusal_reason(const std::string& text) {
   return "other";
 }
 
-std::pair<std::string, std::string> split_pod_key(const std::string& key) {
-  if (key.rfind("uid:", 0) == 0) return {"", key};
-  const size_t slash = key.find('/');
-  if (slash == std::string::npos) return {"default", key};
-  return {key.substr(0, slash), key.substr(slash + 1)};
-}
-
 std::string Arbiter::metrics_address() const {
   return observation_ && observation_->server ? observation_->server->address() : "";
 }
@@ -108,6 +102,7 @@ void Arbiter::start_observation() {
   observation_ = std::make_unique<Observation>();
   Observation& o = *observation_;
   o.hostname = node_name();
+  o.start_time_s = unix_now_s() - seconds_of(common::monotonic_ns() - started_ns_);
   o.reading_at_ns.assign(gpus_.size(), 0);
   o.busy_charged.resize(gpus_.size());
   loop_.add(o.tick.fd(), [this](uint32_t) {
@@ -190,7 +185,7 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
   f->generation = generation_;
   f->taken_ns = now;
   f->uptime_s = seconds_of(now - started_ns_);
-  f->start_time_s = unix_now_s() - f->uptime_s;
+  f->start_time_s = o.start_time_s;
   f->refusals = o.refusals;
   f->tenant_connections = static_cast<uint32_t>(tenants_ ? tenants_->connections() : 0);
   f->probes = config_.metrics.fit_probes;
@@ -216,20 +211,14 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
     g.window_ns = window;
 
     // The scheduler's view of each tenant: targets, quanta and waits per pod.
-    struct TenantView {
-      std::string pod;
-      common::Priority priority;
-      TenantState state;
-      uint64_t quantum_ns;
-      uint64_t wait_p99_ns;
-    };
-    std::vector<TenantView> tenants;
+    std::vector<BudgetTenant> tenants;
     std::map<std::string, double> targets;
     std::map<std::string, uint64_t> wait_p99;
     for (const TenantReport& r : gpu.sched->report(now)) {
       const Pod* pod = pods_.find(r.pod);
       if (pod == nullptr) continue;
-      tenants.push_back({pod->key, pod->policy.priority, r.state, r.quantum_ns, r.wait_p99_ns});
+      tenants.push_back({pod->key, pod->policy.weight, pod->policy.priority, r.quantum_ns,
+                         active(r.state)});
       targets[pod->key] += r.target_share;
       wait_p99[pod->key] = std::max(wait_p99[pod->key], r.wait_p99_ns);
     }
@@ -309,17 +298,12 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
           loads.push_back(load);
         }
       }
-      // One round of the other pods' active tenants in its class and above (an interactive
-      // pod: the minimum hold of a lower-class holder, then the other interactive ones).
       if (p.live && p.policy.priority != common::Priority::kBestEffort) {
-        uint64_t budget = p.policy.priority == common::Priority::kInteractive
-                              ? gpu.sched->options().quantum_min_ns
-                              : 0;
-        for (const TenantView& t : tenants) {
-          if (t.pod == p.key || !active(t.state) || t.priority > p.policy.priority) continue;
-          budget += t.quantum_ns;
-        }
-        p.wait_budget_s = seconds_of(budget);
+        const SchedulerOptions& so = gpu.sched->options();
+        const uint64_t budget =
+            wait_budget_ns(tenants, p.key, p.policy.weight, p.policy.priority,
+                           {so.quantum_ns, so.quantum_min_ns, so.quantum_slack_ppm});
+        p.wait_budget_s = seconds_of(round_up_to_wait_bucket(budget));
       }
       if (p.live) {
         g.memory_used += p.memory_used;
@@ -435,26 +419,14 @@ json Arbiter::explain_json(const AdminRequest& request) {
   const uint64_t now = common::monotonic_ns();
   const uint64_t span = static_cast<uint64_t>(span_s * 1e9);
 
-  // The pod: its key exactly, else the one pod whose name part matches.
+  // The pod, named as on every quantactl command.
   std::set<std::string> known;
   for (auto& gpu : gpus_) {
     for (const auto& [id, acc] : gpu->accounting.pods()) known.insert(acc.key);
   }
-  std::string key;
-  if (known.count(wanted) != 0) {
-    key = wanted;
-  } else {
-    std::vector<std::string> matches;
-    for (const std::string& k : known) {
-      if (split_pod_key(k).second == wanted) matches.push_back(k);
-    }
-    if (matches.size() == 1) key = matches[0];
-    if (matches.size() > 1) {
-      std::string list;
-      for (const std::string& m : matches) list += (list.empty() ? "" : ", ") + m;
-      return json{{"ok", false}, {"error", "pod name " + wanted + " is ambiguous: " + list}};
-    }
-  }
+  std::string ambiguous;
+  const std::string key = resolve_pod_name(known, wanted, &ambiguous);
+  if (!ambiguous.empty()) return json{{"ok", false}, {"error", ambiguous}};
   if (key.empty()) {
     std::string list;
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;

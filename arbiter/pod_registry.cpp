@@ -331,6 +331,14 @@ bool PodRegistry::known(const std::string& pod_key) const {
   return false;
 }
 
+std::set<std::string> PodRegistry::known_keys() const {
+  std::set<std::string> keys;
+  for (const auto& [key, ids] : by_pod_) keys.insert(key);
+  for (const auto& [key, policy] : config_.pods) keys.insert(key);
+  for (const auto& [index, pod] : pods_) keys.insert(pod.key);
+  return keys;
+}
+
 void PodRegistry::forget_overrides_if_unknown(const std::string& pod_key) {
   auto it = overrides_.find(pod_key);
   if (it == overrides_.end() || known(pod_key)) return;

@@ -97,6 +97,8 @@ class PodRegistry {
   }
   // Registered, with processes now (a region), or named by a [pod."…"] table.
   bool known(const std::string& pod_key) const;
+  // Every pod known(): registered, with processes now, or in a [pod] table.
+  std::set<std::string> known_keys() const;
 
   // Each value of a pod's policy now and where it came from: "default" (the node's
   // [defaults]), "node table" ([pod."…"]), "annotation" (its registration) or "override"

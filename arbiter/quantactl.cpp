@@ -38,6 +38,9 @@ std::string shown(const json& j, const char* field) {
 }
 
 constexpr int kAnswerSeconds = 10;  // how long the arbiter may take to answer
+constexpr uint64_t kNs = 1'000'000'000;
+// Every command that takes a pod takes it the same way (the arbiter resolves it).
+constexpr const char* kPodHelp = "the pod: namespace/name, or its name alone when no other pod has it (a QUANTA_POD process's pod is default/NAME)";
 
 // Why the admin socket could not be reached, and what to check.
 std::string unreachable(const std::string& socket_path, int err) {
@@ -106,12 +109,24 @@ bool refused(const json& response) {
   return true;
 }
 
-// --timeout: seconds ("60") or a number with a unit ("500ms", "30s", "5m").
-double parse_seconds(const std::string& text) {
+// Every duration option: seconds ("60") or a number with a unit ("500ms", "30s", "5m"), the
+// grammar of every Quanta tool, checked at parse time so a bad value is a usage error.
+CLI::Validator duration_between(uint64_t min_ns, uint64_t max_ns, const std::string& range) {
+  return CLI::Validator(
+      [min_ns, max_ns, range](std::string& text) -> std::string {
+        quanta::common::ParseError err;
+        uint64_t ns = 0;
+        if (!quanta::common::parse_command_duration(text, &ns, &err)) return err.text;
+        if (ns < min_ns || ns > max_ns) return "\"" + text + "\" is outside " + range;
+        return "";
+      },
+      "DURATION");
+}
+
+double seconds_of(const std::string& text) {
   quanta::common::ParseError err;
   uint64_t ns = 0;
-  if (!quanta::common::parse_command_duration(text, &ns, &err))
-    throw std::runtime_error(std::string("--timeout: ") + err.text);
+  quanta::common::parse_command_duration(text, &ns, &err);  // checked by duration_between
   return static_cast<double>(ns) / 1e9;
 }
 
@@ -297,7 +312,7 @@ int main(int argc, char** argv) {
              "lasts as long as the pod)");
   std::string pod;
   std::vector<std::string> pairs;
-  set->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)")->required();
+  set->add_option("POD", pod, kPodHelp)->required();
   set->add_option("VALUES", pairs,
                   "weight=1..1000 priority=interactive|batch|best-effort min-share=SHARE "
                   "max-share=SHARE memory-limit=BYTES quantum=DURATION (SHARE: 0.3 or 30%; "
@@ -307,14 +322,14 @@ int main(int argc, char** argv) {
       "unset", "remove a pod's live override (some keys, or all of it): its annotations or the "
                "node's tables apply again");
   std::vector<std::string> unset_keys;
-  unset->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)")->required();
+  unset->add_option("POD", pod, kPodHelp)->required();
   unset->add_option("KEYS", unset_keys, "weight, priority, min-share, max-share, memory-limit, "
                                         "quantum (default: every key it overrides)");
   auto* policy = app.add_subcommand(
       "policy", "a pod's effective policy and where each value comes from (default, node "
                 "table, annotation, override); without POD, every live override");
   bool policy_json_out = false;
-  policy->add_option("POD", pod, "the pod (namespace/name, or the QUANTA_POD name)");
+  policy->add_option("POD", pod, kPodHelp);
   policy->add_flag("--json", policy_json_out, "print the arbiter's policy JSON");
 
   auto* drain = app.add_subcommand(
@@ -323,16 +338,17 @@ int main(int argc, char** argv) {
   std::string timeout = "60s";
   bool no_wait = false;
   drain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
-  drain->add_option("--timeout", timeout, "how long to wait for the holder to release (60s)");
+  drain->add_option("--timeout", timeout, "how long to wait for the holder to release (default 60s)")
+      ->check(duration_between(0, 24 * 3600 * kNs, "0s to 24h"));
   drain->add_flag("--no-wait", no_wait, "return once the drain is set");
   auto* undrain = app.add_subcommand("undrain", "let a drained GPU be granted again");
   undrain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
   auto* top = app.add_subcommand(
       "top", "refreshing view per GPU: each pod's share, target, utilisation, waits and who delayed it, and capacity left");
-  uint64_t interval_ms = 1000;
+  std::string interval = "1s";
   bool once = false;
-  top->add_option("--interval-ms", interval_ms, "refresh period in milliseconds (default 1000)")
-      ->check(CLI::Range(100, 60000));
+  top->add_option("--interval", interval, "refresh period, 100ms to 60s (default 1s)")
+      ->check(duration_between(kNs / 10, 60 * kNs, "100ms to 60s"));
   top->add_flag("--once", once, "print one frame and exit (no screen control)");
   top->footer("When standard output is not a terminal, frames are printed one after another "
               "without screen control, separated by a blank line.");
@@ -340,11 +356,11 @@ int main(int argc, char** argv) {
   auto* explain = app.add_subcommand(
       "explain", "a pod's last minute in words and figures: its share against its target, who delayed it, by how much");
   std::string explain_pod;
-  double explain_seconds = 60;
+  std::string explain_last = "60s";
   bool explain_json = false;
-  explain->add_option("POD", explain_pod, "the pod (namespace/name, or its name when unique)")->required();
-  explain->add_option("--seconds", explain_seconds, "how far back to look, 1-60 (default 60)")
-      ->check(CLI::Range(1.0, 60.0));
+  explain->add_option("POD", explain_pod, kPodHelp)->required();
+  explain->add_option("--last", explain_last, "how far back to look, 1s to 60s (default 60s)")
+      ->check(duration_between(kNs, 60 * kNs, "1s to 60s"));
   explain->add_flag("--json", explain_json, "print the arbiter's explain JSON (docs/quantactl-status.md)");
 
   try {
@@ -360,10 +376,10 @@ int main(int argc, char** argv) {
         if (!r.value("ok", false)) throw std::runtime_error(r.value("error", std::string("top failed")));
         return r;
       };
-      return quanta::arbiter::ctl::run_top(fetch, interval_ms, once);
+      return quanta::arbiter::ctl::run_top(fetch, static_cast<uint64_t>(seconds_of(interval) * 1000 + 0.5), once);
     }
     if (explain->parsed()) {
-      response = request(socket_path, {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", explain_seconds}});
+      response = request(socket_path, {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", seconds_of(explain_last)}});
       if (refused(response)) return 1;
       if (explain_json) {
         std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
@@ -394,7 +410,7 @@ int main(int argc, char** argv) {
     if (status->parsed()) {
       response = request(socket_path, {{"cmd", "status"}});
     } else if (drain->parsed() || undrain->parsed()) {
-      const double timeout_s = parse_seconds(timeout);
+      const double timeout_s = seconds_of(timeout);
       response =
           request(socket_path, {{"cmd", drain->parsed() ? "drain" : "undrain"}, {"gpu", gpu_name}});
       if (!response.value("ok", false)) {

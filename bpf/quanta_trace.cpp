@@ -78,8 +78,8 @@ int main(int argc, char** argv) {
       "session",
       "Trace the whole node: every arbiter, libquanta.so and libcuda.so.1 user, found by itself");
   add_duration(session_cmd, &session.duration_s, "How long to trace (default 30 s)");
-  session_cmd->add_option("--gpu", session.gpu, "Report only this GPU or MIG instance (UUID)");
-  session_cmd->add_option("--pod", session.pod, "Report only this pod (namespace/name)");
+  session_cmd->add_option("--gpu", session.gpu, "Report only this GPU or MIG instance: its UUID (GPU-…, MIG-…) or its index, as quantactl takes it");
+  session_cmd->add_option("--pod", session.pod, "Report only this pod: namespace/name, or its name alone when no other pod has it, as quantactl takes it");
   session_cmd->add_option("--perfetto", session.perfetto_file,
                           "Write a Perfetto/Chrome trace (JSON) to FILE (open at ui.perfetto.dev)");
   session_cmd->add_option("--svg", session.svg_file, "Write an SVG timeline to FILE");

@@ -21,6 +21,7 @@
 #include <set>
 
 #include "arbiter_client.h"
+#include "common/pod_key.h"
 #include "elf_symbols.h"
 #include "node_scan.h"
 #include "nvml_processes.h"
@@ -651,19 +652,48 @@ SessionView Tracer::finish() {
 }
 
 void check_options(const SessionOptions& options) {
-  if (!options.gpu.empty() && options.gpu.rfind("GPU-", 0) != 0 &&
+  const bool index = !options.gpu.empty() &&
+                     options.gpu.find_first_not_of("0123456789") == std::string::npos;
+  if (!options.gpu.empty() && !index && options.gpu.rfind("GPU-", 0) != 0 &&
       options.gpu.rfind("MIG-", 0) != 0) {
     throw TraceError("--gpu '" + options.gpu +
-                     "' is not a GPU or MIG UUID: want GPU-... or MIG-..., as nvidia-smi -L and "
-                     "quantactl status show them");
-  }
-  if (!options.pod.empty() && options.pod.find('/') == std::string::npos &&
-      options.pod.rfind("uid:", 0) != 0) {
-    throw TraceError("--pod '" + options.pod +
-                     "': want namespace/name (or uid:<pod uid>), as quantactl status shows pods");
+                     "' is neither a GPU index nor a GPU or MIG UUID: want 0, 1, ... or GPU-... "
+                     "or MIG-..., as quantactl status shows them");
   }
   if (options.svg_window_s < 0)
     throw TraceError("--svg-window must be 0 (automatic) or more seconds");
+}
+
+// --gpu as every Quanta command takes a GPU: its UUID, or its index on the arbiter that
+// serves it. An index two arbiters use is refused, naming their UUIDs.
+std::string gpu_named(const SessionView& view, const std::string& wanted) {
+  if (wanted.empty() || wanted.find_first_not_of("0123456789") != std::string::npos) return wanted;
+  std::vector<std::string> uuids;
+  for (const auto& [key, gpu] : view.gpus) {
+    if (std::to_string(key.index) == wanted && !gpu.uuid.empty()) uuids.push_back(gpu.uuid);
+  }
+  if (uuids.size() == 1) return uuids[0];
+  if (uuids.empty()) {
+    throw TraceError("--gpu " + wanted + ": no GPU of that index was served in this session (" +
+                     std::to_string(view.gpus.size()) + " seen); name it by UUID");
+  }
+  std::string list;
+  for (const std::string& u : uuids) list += (list.empty() ? "" : ", ") + u;
+  throw TraceError("--gpu " + wanted + " is ambiguous (several arbiters): " + list +
+                   "; name it by UUID");
+}
+
+// --pod as every quantactl command takes a pod (common/pod_key.h), among the pods seen.
+std::string pod_named(const SessionView& view, const std::string& wanted) {
+  if (wanted.empty()) return wanted;
+  std::set<std::string> known;
+  for (const auto& [tgid, process] : view.processes) {
+    if (!process.pod.empty()) known.insert(process.pod);
+  }
+  std::string ambiguous;
+  const std::string key = common::resolve_pod_name(known, wanted, &ambiguous);
+  if (!ambiguous.empty()) throw TraceError("--pod " + ambiguous);
+  return key.empty() ? wanted : key;
 }
 
 void write_file(const std::string& path, const std::string& text, const char* what) {
@@ -683,8 +713,8 @@ int run_session(const SessionOptions& options) {
   tracer.start();
   tracer.run();
   SessionView view = tracer.finish();
-  view.gpu_filter = options.gpu;
-  view.pod_filter = options.pod;
+  view.gpu_filter = gpu_named(view, options.gpu);
+  view.pod_filter = pod_named(view, options.pod);
   view.perfetto_file = options.perfetto_file;
   view.svg_file = options.svg_file;
   if (!options.perfetto_file.empty())

@@ -20,6 +20,8 @@
 #include "arbiter/figures.h"
 #include "arbiter/metrics_text.h"
 #include "arbiter/scheduler.h"
+#include "arbiter/wait_budget.h"
+#include "tests/arbiter/sched_sim.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -713,6 +715,74 @@ TEST(CtlViews, TopShowsEachPodAndEscapesItsName) {
   for (size_t start = 0, nl; (nl = narrow.find('\n', start)) != std::string::npos; start = nl + 1) {
     EXPECT_LE(nl - start, 60u) << narrow.substr(start, nl - start);
   }
+}
+
+// The wait budget a weighted pod is promised bounds the waits the scheduler gives it: with
+// weights 3:1 and 4:1:1 a weight-1 pod waits several quanta of the heavier pods, as its
+// weight entitles it, and its p99 stays within the budget (one quantum of each other pod
+// would be far below it).
+TEST(WaitBudget, CoversTheWaitsTheWeightsGiveEveryPod) {
+  using quanta::arbiter::testing::Sim;
+  for (const std::vector<uint32_t>& weights :
+       {std::vector<uint32_t>{3, 1}, std::vector<uint32_t>{4, 1, 1}, std::vector<uint32_t>{1, 1}}) {
+    SchedulerOptions o;
+    o.quantum_ns = 20 * common::kNsPerMs;
+    Sim sim(o);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      common::Policy p;
+      p.weight = weights[i];
+      sim.add(static_cast<SlotId>(i), static_cast<PodId>(i + 1), p);
+      sim.busy(static_cast<SlotId>(i));
+      sim.depth(static_cast<SlotId>(i), 2);
+    }
+    sim.run_for(6 * common::kNsPerSec);
+    const std::vector<TenantReport> reports = sim.sched.report(sim.now);
+    std::vector<BudgetTenant> tenants;
+    for (const TenantReport& r : reports)
+      tenants.push_back({std::to_string(r.pod), weights[r.pod - 1], common::Priority::kBatch,
+                         r.quantum_ns, true});
+    const BudgetTimings timings{o.quantum_ns, o.quantum_min_ns, o.quantum_slack_ppm};
+    for (const TenantReport& r : reports) {
+      const uint64_t budget = wait_budget_ns(tenants, std::to_string(r.pod), weights[r.pod - 1],
+                                             common::Priority::kBatch, timings);
+      EXPECT_GT(r.wait_p99_ns, 0u);
+      EXPECT_LE(r.wait_p99_ns, budget) << "weight " << weights[r.pod - 1] << " of " << weights.size()
+                                       << " pods: p99 wait " << r.wait_p99_ns / 1e6
+                                       << " ms over its budget " << budget / 1e6 << " ms";
+      // The budget is no slacker than it must be: the quanta and at most their drains.
+      EXPECT_LE(budget, r.wait_p99_ns * 5 / 2 + o.quantum_ns) << "weight " << weights[r.pod - 1];
+    }
+  }
+}
+
+TEST(WaitBudget, ClassesAndRoundingFollowTheSchedulersRules) {
+  const BudgetTimings t{20'000'000, 1'000'000, 0};
+  using common::Priority;
+  const std::vector<BudgetTenant> tenants = {
+      {"ml/big", 3, Priority::kBatch, 20'000'000, true},
+      {"ml/small", 1, Priority::kBatch, 20'000'000, true},
+      {"ml/web", 1, Priority::kInteractive, 5'000'000, true},
+      {"ml/notebook", 1, Priority::kBestEffort, 20'000'000, true},
+      {"ml/idle", 8, Priority::kBatch, 20'000'000, false},
+  };
+  // small: three quanta of big (weight 3), one round of the interactive pod above it, each
+  // followed by up to a quantum of queued work; the best-effort and idle pods do not count.
+  EXPECT_EQ(wait_budget_ns(tenants, "ml/small", 1, Priority::kBatch, t),
+            2 * (3 * 20'000'000u + 5'000'000u));
+  // big: one quantum of small (it runs a third of big's quantum, in whole quanta).
+  EXPECT_EQ(wait_budget_ns(tenants, "ml/big", 3, Priority::kBatch, t),
+            2 * (20'000'000u + 5'000'000u));
+  // web: the minimum hold of a lower-class holder and its hand-off, no other interactive pod.
+  EXPECT_EQ(wait_budget_ns(tenants, "ml/web", 1, Priority::kInteractive, t), 2'000'000u);
+  EXPECT_EQ(wait_budget_ns(tenants, "ml/notebook", 1, Priority::kBestEffort, t), 0u);
+  // Slack stretches every quantum.
+  const BudgetTimings slack{20'000'000, 1'000'000, 100'000};
+  EXPECT_EQ(wait_budget_ns(tenants, "ml/big", 3, Priority::kBatch, slack),
+            (20'000'000u + 5'000'000u) * 21 / 10);
+  EXPECT_EQ(round_up_to_wait_bucket(60'000'000), 100'000'000u);
+  EXPECT_EQ(round_up_to_wait_bucket(100'000'000), 100'000'000u);
+  EXPECT_EQ(round_up_to_wait_bucket(100'000'001), 250'000'000u);
+  EXPECT_EQ(round_up_to_wait_bucket(20'000'000'000), 20'000'000'000u);
 }
 
 }  // namespace

@@ -444,6 +444,34 @@ TEST(Metrics, HoldersThatEndTheirOwnQuantaAreSeenDraining) {
   EXPECT_GT(explain["gpus"][0]["phases"]["draining"].get<double>(), 0.01) << explain.dump();
 }
 
+// The start time is read once: were it worked out again at each scrape (now minus uptime)
+// it would move by the clocks' jitter, and QuantaArbiterRestarting (changes() of it) would
+// count every move as a restart.
+TEST(Metrics, TheStartTimeStaysTheSameFromScrapeToScrape) {
+  ArbiterConfig config;
+  config.extra = metrics_toml();
+  World world("metrics-start-time", config);
+  world.start_arbiter();
+  const std::string address = metrics_address(world);
+  // Busy tenants make each observation pass take a while, as on a working node.
+  Child one = world.spawn_tenant({"batch", "--seconds", "6", "--kernel-ms", "2", "--depth", "2"},
+                                 "start-time/one", true);
+  Child two = world.spawn_tenant({"batch", "--seconds", "6", "--kernel-ms", "2", "--depth", "2"},
+                                 "start-time/two", true);
+  std::set<double> seen;
+  for (int i = 0; i < 50; ++i) {
+    const Scrape scrape = http_get(address, "/metrics");
+    ASSERT_EQ(scrape.status, 200);
+    seen.insert(scrape.value("quanta_arbiter_start_time_seconds", {}));
+    sleep_ms(100);
+  }
+  ASSERT_EQ(one.wait(30), 0) << one.err();
+  ASSERT_EQ(two.wait(30), 0) << two.err();
+  EXPECT_EQ(seen.size(), 1u) << "quanta_arbiter_start_time_seconds took " << seen.size()
+                             << " values in 50 scrapes, from " << std::fixed << *seen.begin()
+                             << " to " << *seen.rbegin();
+}
+
 TEST(Metrics, PerPodUtilisationIsEachPodsOwnBusyTime) {
   ArbiterConfig config;
   config.nvml_interval = "200ms";
@@ -771,7 +799,7 @@ TEST(Top, RefreshesInATerminalAndShowsHostileNamesAsText) {
   const std::string server = "quanta-top-" + std::to_string(getpid());
   const std::string tmux = "tmux -L " + server + " -f /dev/null";
   const std::string command = std::string(QUANTACTL_BINARY) + " --admin-socket " +
-                              world.admin_socket() + " top --interval-ms 200";
+                              world.admin_socket() + " top --interval 200ms";
   // The tmux server (and quantactl in it) go with the test, however it ends.
   struct KillServer {
     std::string tmux;

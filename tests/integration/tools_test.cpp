@@ -89,7 +89,7 @@ TEST(Tools, QuantactlSaysWhatToCheckWhenItCannotReachTheArbiter) {
 // is listed, can be removed key by key, and is forgotten when the pod is gone.
 TEST(Tools, OverridesApplyToKnownPodsShowTheirSourceAndCanBeRemoved) {
   ArbiterConfig config;
-  config.pods = {{"tools/tabled", 3, ""}};
+  config.pods = {{"tools/tabled", 3, ""}, {"other/api", 1, ""}, {"tools/api", 1, ""}};
   World world("tools-policy", config);
   world.start_arbiter();
 
@@ -99,6 +99,9 @@ TEST(Tools, OverridesApplyToKnownPodsShowTheirSourceAndCanBeRemoved) {
   r = quantactl(world, {"policy"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("no live overrides"), std::string::npos) << "nothing was kept: " << r.out;
+  r = quantactl(world, {"policy", "api"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("pod name api is ambiguous: other/api, tools/api"), std::string::npos) << r.err;
 
   r = quantactl(world, {"policy", "tools/tabled", "--json"});
   ASSERT_EQ(r.code, 0) << r.err;
@@ -122,7 +125,21 @@ TEST(Tools, OverridesApplyToKnownPodsShowTheirSourceAndCanBeRemoved) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("has no live quantum override; it has: max-share, weight"), std::string::npos)
       << r.err;
-  r = quantactl(world, {"unset", "tools/run", "weight"});
+  // Every command names a pod the same way: by its name alone when no other pod has it.
+  r = quantactl(world, {"policy", "run", "--json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["pod"], "tools/run");
+  r = quantactl(world, {"set", "tabled", "priority=best-effort"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = quantactl(world, {"unset", "tabled"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = quantactl(world, {"explain", "run", "--last", "2s"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  r = quantactl(world, {"explain", "run", "--last", "2 minutes"});
+  EXPECT_EQ(r.code, 2) << "a bad duration is a usage error";
+  EXPECT_NE(r.err.find("--last"), std::string::npos) << r.err;
+
+  r = quantactl(world, {"unset", "run", "weight"});
   ASSERT_EQ(r.code, 0) << r.err;
   const json after = world.admin({{"cmd", "policy"}, {"pod", "tools/run"}});
   EXPECT_EQ(after["values"][0], json({{"key", "weight"}, {"value", "1"}, {"source", "default"}}));
@@ -138,7 +155,7 @@ TEST(Tools, TopWritesFramesWithoutScreenControlWhenItsOutputIsNotATerminal) {
   World world("tools-top");
   world.start_arbiter();
   Child top = world.spawn({QUANTACTL_BINARY, "--admin-socket", world.admin_socket(), "top",
-                           "--interval-ms", "200"},
+                           "--interval", "200ms"},
                           world.tenant_env("", false));
   sleep_ms(1500);
   top.signal(SIGTERM);
@@ -164,8 +181,11 @@ TEST(Tools, DurationsTakeOneGrammarOnEveryTool) {
 #endif
   world.start_arbiter();
   r = quantactl(world, {"drain", "0", "--timeout", "2 weeks"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 2) << "a bad duration is a usage error, as on quanta-trace";
   EXPECT_NE(r.err.find("a number with a unit ns, us, ms, s, m or h"), std::string::npos) << r.err;
+  r = quantactl(world, {"top", "--once", "--interval", "5ms"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("outside 100ms to 60s"), std::string::npos) << r.err;
   r = quantactl(world, {"drain", "0", "--timeout", "1.5s"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(quantactl(world, {"undrain", "0"}).code, 0);

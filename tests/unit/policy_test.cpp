@@ -1,9 +1,12 @@
 // Policy parsers: every accepted form, and a clear error for every refused one.
+#include "common/pod_key.h"
 #include "common/policy.h"
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
+#include <utility>
 
 using namespace quanta::common;
 
@@ -99,4 +102,23 @@ TEST(PolicyParse, ARefusalQuotesTheTextEscapedOnOneLine) {
             std::string::npos)
       << cut;
   EXPECT_EQ(cut.find_first_of("\n\r\x1b"), std::string::npos) << cut;
+}
+
+// Every quantactl command and quanta-trace --pod name a pod the same way.
+TEST(PodKey, APodIsNamedByItsKeyItsNamespaceAndNameOrItsNameAlone) {
+  using quanta::common::resolve_pod_name;
+  const std::set<std::string> known = {"ml/train", "web/api", "prod/api", "dev-pod", "uid:1234"};
+  std::string error;
+  EXPECT_EQ(resolve_pod_name(known, "ml/train", &error), "ml/train");
+  EXPECT_EQ(resolve_pod_name(known, "train", &error), "ml/train");
+  EXPECT_EQ(resolve_pod_name(known, "dev-pod", &error), "dev-pod");
+  EXPECT_EQ(resolve_pod_name(known, "default/dev-pod", &error), "dev-pod");
+  EXPECT_EQ(resolve_pod_name(known, "uid:1234", &error), "uid:1234");
+  EXPECT_TRUE(error.empty());
+  EXPECT_EQ(resolve_pod_name(known, "api", &error), "");
+  EXPECT_EQ(error, "pod name api is ambiguous: prod/api, web/api; name it as namespace/name");
+  EXPECT_EQ(resolve_pod_name(known, "nothing", &error), "");
+  EXPECT_TRUE(error.empty());
+  EXPECT_EQ(quanta::common::split_pod_key("dev-pod"),
+            std::make_pair(std::string("default"), std::string("dev-pod")));
 }
