@@ -3,13 +3,22 @@
 # the node config and the CDI spec (quanta-hook adds <prefix>/etc); a second install with a new library
 # replaces the file by rename while a process keeps mapping the old one (its bytes stay
 # intact: nothing is truncated); an unchanged payload leaves every file (inode) alone; a
-# node config the arbiter refuses stops the install before anything changes.
+# node config the arbiter refuses stops the install before anything changes. NVIDIA's CDI
+# spec in the lower-priority folder is taken over into the higher one (unchanged: left
+# alone), and nothing is taken over with --no-take-over, with NVIDIA's spec in the folder of
+# highest priority, or without one (each says so in a line); --watch regenerates the take-over
+# when NVIDIA's spec changes and removes it when the spec goes.
 set -euo pipefail
 src=${1:?usage: installer_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?}
 t=$(mktemp -d /tmp/quanta-install.XXXXXX)
 mapper=
-cleanup() { [[ -n $mapper ]] && kill "$mapper" 2>/dev/null; rm -rf "$t" /dev/shm/quanta-install-$$*; }
+watcher=
+cleanup() {
+  [[ -n $mapper ]] && kill "$mapper" 2>/dev/null
+  [[ -n $watcher ]] && kill "$watcher" 2>/dev/null && wait "$watcher" 2>/dev/null
+  rm -rf "$t" /dev/shm/quanta-install-$$*
+}
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 passed=0
@@ -33,7 +42,7 @@ fs.writeFileSync(process.argv[2], cm.data["quanta.toml"]);' "$src" "$t/node-conf
 install() {
   "$src/deploy/image/quanta-install-host" --prefix="$t/opt/quanta" --node-config="$t/node-config/quanta.toml" \
     --config="$t/etc/quanta/quanta.toml" --socket=/run/quanta/tenant.sock --cdi-dir="$t/etc/cdi" \
-    --payload="$t/payload" --arbiter="$build/bin/quanta-arbiter"
+    --spec-dirs="$t/etc/cdi,$t/var/run/cdi" --payload="$t/payload" --arbiter="$build/bin/quanta-arbiter" "$@"
 }
 inode() { stat -c %i "$1"; }
 
@@ -85,7 +94,66 @@ again=$(for f in $owned; do inode "$t/$f"; done)
 [[ $inodes == "$again" ]] || fail "inodes changed on an unchanged install"
 ok "an unchanged payload leaves every file alone"
 
-# 4. A node config the arbiter refuses: the install stops before changing anything.
+# 4. NVIDIA's spec: taken over into the folder of higher priority.
+takeover=$t/var/run/cdi/quanta-nvidia.com_gpu.yaml
+vendor() { # vendor FILE GENERATION: a spec shaped like nvidia-ctk's, marked with GENERATION
+  mkdir -p "$(dirname "$1")"
+  printf '%s\n' 'cdiVersion: "0.5.0"' 'kind: nvidia.com/gpu' 'containerEdits:' "  env: [NVIDIA_VENDOR_GENERATION=$2]" \
+    'devices:' '  - name: "0"' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=0]}' \
+    '  - name: all' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=all]}' >"$1.tmp"
+  mv "$1.tmp" "$1"
+}
+vendor "$t/etc/cdi/nvidia.yaml" 1
+out=$(install) || fail "install with NVIDIA's spec failed: $out"
+[[ -f $takeover ]] || fail "no take-over in the higher-priority folder: $out"
+grep -Eq '^kind: "?nvidia\.com/gpu"?$' "$takeover" || fail "the take-over is not of kind nvidia.com/gpu"
+grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" || fail "the take-over lost NVIDIA's edits"
+grep -q "$t/opt/quanta/bin/quanta-hook" "$takeover" || fail "the take-over has no quanta-hook"
+[[ $out == *"took over $t/etc/cdi/nvidia.yaml"* ]] || fail "the install did not say it took over: $out"
+[[ -z $(find "$t/etc" "$t/var" -name '.*.tmp') ]] || fail "staging files left behind"
+taken=$(inode "$takeover")
+out=$(install) || fail "install again failed: $out"
+[[ $out == *"quanta-nvidia.com_gpu.yaml unchanged"* && $(inode "$takeover") == "$taken" ]] ||
+  fail "an unchanged take-over was rewritten: $out"
+ok "NVIDIA's spec is taken over into the higher-priority folder; unchanged, it is left alone"
+
+# 5. No take-over: turned off, NVIDIA's spec in the highest folder, or no spec at all.
+out=$(install --no-take-over) || fail "install --no-take-over failed: $out"
+[[ ! -e $takeover && $out == *"removed (--no-take-over)"* && $out == *"only the quanta.dev/gpu kind is installed"* ]] ||
+  fail "--no-take-over: $out"
+mkdir -p "$t/var/run/cdi"
+mv "$t/etc/cdi/nvidia.yaml" "$t/var/run/cdi/nvidia-container-toolkit.json"
+out=$(install) || fail "install with NVIDIA's spec in the highest folder failed: $out"
+[[ ! -e $takeover && $(grep -c "highest-priority CDI folder" <<<"$out") -eq 1 ]] || fail "spec in the highest folder: $out"
+rm "$t/var/run/cdi/nvidia-container-toolkit.json"
+out=$(install) || fail "install without NVIDIA's spec failed: $out"
+[[ ! -e $takeover && $out == *"no NVIDIA CDI spec"*"only the quanta.dev/gpu kind is installed"* ]] || fail "no spec: $out"
+vendor "$t/vendor/nvidia.yaml" 1
+out=$(install --vendor-spec="$t/vendor/nvidia.yaml") || fail "install --vendor-spec failed: $out"
+grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" || fail "--vendor-spec was not taken over: $out"
+ok "no take-over when turned off, beside NVIDIA's spec or without one, each said in a line; --vendor-spec names the spec"
+
+# 6. --watch keeps the take-over in step: regenerated when NVIDIA's spec changes, removed
+# when it goes, and a stopped watcher leaves nothing behind.
+rm -f "$takeover"
+mkdir -p "$t/tmp"
+vendor "$t/etc/cdi/nvidia.yaml" 1
+TMPDIR=$t/tmp "$src/deploy/image/quanta-install-host" --watch=1 --prefix="$t/opt/quanta" --config="$t/etc/quanta/quanta.toml" \
+  --socket=/run/quanta/tenant.sock --spec-dirs="$t/etc/cdi,$t/var/run/cdi" >"$t/watch.log" 2>&1 &
+watcher=$!
+until_true() { for _ in $(seq 300); do eval "$1" && return 0; sleep 0.1; done; return 1; }
+until_true 'grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" 2>/dev/null' || fail "--watch did not write the take-over: $(cat "$t/watch.log")"
+vendor "$t/etc/cdi/nvidia.yaml" 2
+until_true 'grep -q NVIDIA_VENDOR_GENERATION=2 "$takeover"' || fail "--watch did not follow NVIDIA's new spec: $(cat "$t/watch.log")"
+rm "$t/etc/cdi/nvidia.yaml"
+until_true '[[ ! -e $takeover ]]' || fail "--watch kept a take-over of a spec that is gone: $(cat "$t/watch.log")"
+kill "$watcher"
+wait "$watcher" && fail "the watcher ignored SIGTERM"
+watcher=
+[[ -z $(ls -A "$t/tmp") ]] || fail "the stopped watcher left $(ls "$t/tmp")"
+ok "--watch regenerates the take-over when NVIDIA's spec changes and removes it when the spec goes"
+
+# 7. A node config the arbiter refuses: the install stops before changing anything.
 printf '[node]\nscope = "no spaces allowed"\n' >"$t/node-config/quanta.toml"
 if out=$(install 2>&1); then fail "installed with an invalid node config: $out"; fi
 [[ $out == *"scope"* && $out == *"nothing was installed"* ]] || fail "invalid-config message: $out"
