@@ -133,6 +133,20 @@ out=$(install --vendor-spec="$t/vendor/nvidia.yaml") || fail "install --vendor-s
 grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" || fail "--vendor-spec was not taken over: $out"
 ok "no take-over when turned off, beside NVIDIA's spec or without one, each said in a line; --vendor-spec names the spec"
 
+# 5b. The device plugin's own spec (its CDI strategies name k8s.device-plugin.nvidia.com/gpu
+# devices from a spec in /var/run/cdi): taken over into a third folder of higher priority,
+# as docs/containers.md tells the operator to configure it.
+plugin=$t/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json
+printf '%s\n' '{"cdiVersion":"0.5.0","kind":"k8s.device-plugin.nvidia.com/gpu",' \
+  '"devices":[{"name":"GPU-0","containerEdits":{"env":["NVIDIA_PLUGIN_DEVICE=GPU-0"]}}]}' >"$plugin"
+out=$(install --spec-dirs="$t/etc/cdi,$t/var/run/cdi,$t/var/run/cdi-quanta" --vendor-spec="$plugin") ||
+  fail "install of the device plugin's spec into a third folder failed: $out"
+third=$t/var/run/cdi-quanta/quanta-nvidia.com_gpu.yaml
+grep -Eq '^kind: "?k8s\.device-plugin\.nvidia\.com/gpu"?$' "$third" || fail "no take-over of the plugin's spec in the third folder: $out"
+grep -q NVIDIA_PLUGIN_DEVICE=GPU-0 "$third" || fail "the plugin's take-over lost its edits"
+rm -rf "$plugin" "$t/var/run/cdi-quanta"
+ok "the device plugin's spec in /var/run/cdi is taken over into a third folder of higher priority"
+
 # 6. --watch keeps the take-over in step: regenerated when NVIDIA's spec changes, removed
 # when it goes, and a stopped watcher leaves nothing behind.
 rm -f "$takeover"

@@ -321,7 +321,7 @@ TEST(Drain, UnknownGpuIsRefusedWithTheManagedList) {
   EXPECT_EQ(drain.code, 1);
   EXPECT_NE(drain.err.find("managed: 0 GPU-"), std::string::npos) << drain.err;
   Ctl bad_timeout = quantactl(world, {"drain", "0", "--timeout", "soon"});
-  EXPECT_EQ(bad_timeout.code, 1);
+  EXPECT_EQ(bad_timeout.code, 2) << "a bad duration is a usage error";
   EXPECT_NE(bad_timeout.err.find("--timeout: duration \"soon\" is not allowed"), std::string::npos)
       << bad_timeout.err;
 }
