@@ -1,10 +1,11 @@
 // Helpers shared by the deploy/ checks: YAML loading, a kustomize-compatible assembly of a
 // base, the schema models for every kind deploy/ uses, the metric catalogue of
-// docs/metrics.md, and metric names referenced by PromQL.
+// docs/metrics.md, metric names referenced by PromQL, and the simgpu node the live tests run.
 import fs from "node:fs";
+import os from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import YAML from "yaml";
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../..");
@@ -299,4 +300,42 @@ export function labelsUsedByRulesAndDashboard() {
   };
   walk(dash.panels);
   return out;
+}
+
+// A node for the live tests: a scratch folder and quanta.toml for an arbiter on simgpu that
+// admits development processes (QUANTA_POD), `nodeKeys` more [node] keys and `tables`
+// after it; `start` runs a process in the node's environment (simgpu, the tenant socket,
+// no other QUANTA_* variable) keeping the tail of its output; `cleanup` kills what is left
+// and removes simgpu's and the arbiter's memory and the folder.
+export function simNode(prefix, { build, nodeKeys = "", tables = "", simEnv = {} }) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `quanta-${prefix}-`));
+  const scope = `q${prefix}${process.pid}`;
+  const sim = `quanta-${prefix}-${process.pid}`;
+  fs.writeFileSync(path.join(dir, "quanta.toml"), `[node]
+scope = "${scope}"
+tenant_socket = "${dir}/tenant.sock"
+admin_socket = "${dir}/admin.sock"
+state_dir = "${dir}/state"
+allow_unregistered = true
+${nodeKeys}${tables}`);
+  const env = { ...process.env, LD_LIBRARY_PATH: path.join(build, "sim"), SIMGPU_STATE: sim, ...simEnv,
+    QUANTA_SOCKET: `${dir}/tenant.sock` };
+  for (const k of Object.keys(env)) if (k.startsWith("QUANTA_") && k !== "QUANTA_SOCKET") delete env[k];
+  const children = [];
+  const start = (args, extra, name) => {
+    const c = spawn(args[0], args.slice(1), { env: { ...env, ...extra }, stdio: ["ignore", "pipe", "pipe"] });
+    c.name = name;
+    c.log = "";
+    c.stdout.on("data", (d) => (c.log = (c.log + d).slice(-20000)));
+    c.stderr.on("data", (d) => (c.log = (c.log + d).slice(-20000)));
+    c.exited = new Promise((r) => c.on("exit", r));
+    children.push(c);
+    return c;
+  };
+  const cleanup = () => {
+    for (const c of children) if (c.exitCode === null && c.signalCode === null) { c.kill("SIGCONT"); c.kill("SIGKILL"); }
+    for (const f of fs.readdirSync("/dev/shm")) if (f.startsWith(scope + ".") || f.startsWith(sim)) fs.rmSync(`/dev/shm/${f}`, { force: true });
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  return { dir, scope, sim, env, children, start, cleanup, config: path.join(dir, "quanta.toml") };
 }

@@ -18,11 +18,10 @@
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import os from "node:os";
 import path from "node:path";
-import { spawn, spawnSync } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import YAML from "yaml";
-import { Report, buildDir, root } from "./lib.mjs";
+import { Report, buildDir, root, simNode } from "./lib.mjs";
 
 const report = new Report("live alerts");
 const build = buildDir();
@@ -38,9 +37,32 @@ const freePort = () => new Promise((resolve) => {
   const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
 });
 const [metricsPort, promPort] = [await freePort(), await freePort()];
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "quanta-alerts-"));
-const scope = `qalerts${process.pid}`;
-const sim = `quanta-alerts-${process.pid}`;
+const node = simNode("alerts", { build, simEnv: { SIMGPU_DEVICES: "5", SIMGPU_MEMORY: "8Gi" }, nodeKeys: `nvml_interval = "500ms"
+`, tables: `[scheduler]
+# Long enough that a stopped holder starves its neighbour before it is passed over.
+revoke_timeout = "25s"
+[shim]
+context_overhead = 0
+[metrics]
+listen = "127.0.0.1:${metricsPort}"
+[pod."healthy-a"]
+weight = 4
+[pod."healthy-b"]
+weight = 1
+[pod."healthy-c"]
+weight = 1
+[pod."ratio-big"]
+weight = 3
+[pod."ratio-small"]
+weight = 1
+[pod."early-capped"]
+memory_limit = "1Gi"
+[pod."caps-a"]
+memory_limit = "6Gi"
+[pod."caps-b"]
+memory_limit = "6Gi"
+` });
+const { dir, env, children, start, cleanup } = node;
 const kNode = "alerts-node";
 const kArbiterPod = "quanta-arbiter-alerts";
 const log = (what) => console.log(`[${((Date.now() - t0) / 1000).toFixed(1)} s] ${what}`);
@@ -75,63 +97,12 @@ fs.writeFileSync(path.join(dir, "prometheus.yml"), YAML.stringify({
   }],
 }));
 
-// --- the node ----------------------------------------------------------------------------
-fs.writeFileSync(path.join(dir, "quanta.toml"), `[node]
-scope = "${scope}"
-tenant_socket = "${dir}/tenant.sock"
-admin_socket = "${dir}/admin.sock"
-state_dir = "${dir}/state"
-allow_unregistered = true
-nvml_interval = "500ms"
-[scheduler]
-# Long enough that a stopped holder starves its neighbour before it is passed over.
-revoke_timeout = "25s"
-[shim]
-context_overhead = 0
-[metrics]
-listen = "127.0.0.1:${metricsPort}"
-[pod."healthy-a"]
-weight = 4
-[pod."healthy-b"]
-weight = 1
-[pod."healthy-c"]
-weight = 1
-[pod."ratio-big"]
-weight = 3
-[pod."ratio-small"]
-weight = 1
-[pod."early-capped"]
-memory_limit = "1Gi"
-[pod."caps-a"]
-memory_limit = "6Gi"
-[pod."caps-b"]
-memory_limit = "6Gi"
-`);
-const env = { ...process.env, LD_LIBRARY_PATH: bin("sim"), SIMGPU_STATE: sim, SIMGPU_DEVICES: "5",
-  SIMGPU_MEMORY: "8Gi", QUANTA_SOCKET: `${dir}/tenant.sock` };
-for (const k of Object.keys(env)) if (k.startsWith("QUANTA_") && k !== "QUANTA_SOCKET") delete env[k];
-const children = [];
-const start = (args, extra, name) => {
-  const c = spawn(args[0], args.slice(1), { env: { ...env, ...extra }, stdio: ["ignore", "pipe", "pipe"] });
-  c.name = name;
-  c.log = "";
-  c.stdout.on("data", (d) => (c.log = (c.log + d).slice(-20000)));
-  c.stderr.on("data", (d) => (c.log = (c.log + d).slice(-20000)));
-  c.exited = new Promise((r) => c.on("exit", r));
-  children.push(c);
-  return c;
-};
 const stop = async (c, signal = "SIGTERM") => {
   if (c.exitCode === null && c.signalCode === null) {
     c.kill("SIGCONT");
     c.kill(signal);
   }
   await c.exited;
-};
-const cleanup = () => {
-  for (const c of children) if (c.exitCode === null && c.signalCode === null) { c.kill("SIGCONT"); c.kill("SIGKILL"); }
-  for (const f of fs.readdirSync("/dev/shm")) if (f.startsWith(scope + ".") || f.startsWith(sim)) fs.rmSync(`/dev/shm/${f}`, { force: true });
-  fs.rmSync(dir, { recursive: true, force: true });
 };
 process.on("exit", cleanup);
 const bail = (what) => {

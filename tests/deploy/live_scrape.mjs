@@ -5,10 +5,8 @@
 import fs from "node:fs";
 import http from "node:http";
 import net from "node:net";
-import os from "node:os";
 import path from "node:path";
-import { spawn } from "node:child_process";
-import { Report, buildDir, catalogue, familyOf, kExternalMetrics, labelsUsedByRulesAndDashboard,
+import { Report, buildDir, simNode, catalogue, familyOf, kExternalMetrics, labelsUsedByRulesAndDashboard,
   metricsUsedByRulesAndDashboard } from "./lib.mjs";
 
 const report = new Report("live scrape");
@@ -21,40 +19,15 @@ const freePort = () => new Promise((resolve) => {
   const s = net.createServer().listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => resolve(p)); });
 });
 const port = await freePort();
-const dir = fs.mkdtempSync(path.join(os.tmpdir(), "quanta-scrape-"));
-const scope = `qscrape${process.pid}`;
-const sim = `quanta-scrape-${process.pid}`;
-fs.writeFileSync(path.join(dir, "quanta.toml"), `[node]
-scope = "${scope}"
-tenant_socket = "${dir}/tenant.sock"
-admin_socket = "${dir}/admin.sock"
-state_dir = "${dir}/state"
-allow_unregistered = true
-[metrics]
+const node = simNode("scrape", { build, tables: `[metrics]
 listen = "127.0.0.1:${port}"
 [pod."scrape-capped"]
 weight = 1
 memory_limit = "1Gi"
 [pod."scrape-heavy"]
 weight = 3
-`);
-const env = { ...process.env, LD_LIBRARY_PATH: bin("sim"), SIMGPU_STATE: sim, QUANTA_SOCKET: `${dir}/tenant.sock` };
-for (const k of Object.keys(env)) if (k.startsWith("QUANTA_") && k !== "QUANTA_SOCKET") delete env[k];
-const children = [];
-const start = (args, extra, name) => {
-  const c = spawn(args[0], args.slice(1), { env: { ...env, ...extra }, stdio: ["ignore", "pipe", "pipe"] });
-  c.name = name;
-  c.log = "";
-  c.stdout.on("data", (d) => (c.log += d));
-  c.stderr.on("data", (d) => (c.log += d));
-  children.push(c);
-  return c;
-};
-const cleanup = () => {
-  for (const c of children) if (c.exitCode === null) c.kill("SIGKILL");
-  for (const f of fs.readdirSync("/dev/shm")) if (f.startsWith(scope + ".") || f.startsWith(sim)) fs.rmSync(`/dev/shm/${f}`, { force: true });
-  fs.rmSync(dir, { recursive: true, force: true });
-};
+` });
+const { dir, start, cleanup } = node;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const get = () => new Promise((resolve) => {
   const req = http.get({ host: "127.0.0.1", port, path: "/metrics", timeout: 3000 }, (res) => {
