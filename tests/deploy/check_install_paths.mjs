@@ -14,7 +14,9 @@ const kContract = {
   tenantSocket: "/run/quanta/tenant.sock",
   adminSocket: "/run/quanta-admin/admin.sock",
   nodeConfig: "/etc/quanta/quanta.toml",
-  cdiDirs: ["/etc/cdi", "/var/run/cdi"],
+  // The runtime's CDI folders, lowest priority first: its defaults and, last, the folder the
+  // take-overs of specs in /var/run/cdi go to.
+  cdiDirs: ["/etc/cdi", "/var/run/cdi", "/var/run/cdi-quanta"],
   kind: "quanta.dev/gpu",
 };
 const report = new Report("install paths");
@@ -47,6 +49,30 @@ report.check(hostPathOf(arbiter, path.dirname(kContract.adminSocket)) === path.d
 report.check(path.dirname(kContract.adminSocket) !== path.dirname(kContract.tenantSocket) &&
   !kContract.adminSocket.startsWith(path.dirname(kContract.tenantSocket) + "/"),
   "the admin socket is not in the tenant socket's folder, which every GPU container mounts");
+
+// The installer and cdi-sync are told the runtime's CDI folders as deploy/containerd and
+// deploy/crio configure them, and see each at the host's path; every folder but the lowest
+// (where no take-over goes) is writable for the take-overs.
+const sync = spec.containers.find((c) => c.name === "cdi-sync");
+const runtimeDirs = (file) => {
+  const text = fs.readFileSync(path.join(root, file), "utf8");
+  const m = text.match(/^\s*cdi_spec_dirs\s*=\s*\[([^\]]*)\]/m);
+  return m ? [...m[1].matchAll(/"([^"]*)"/g)].map((x) => x[1]) : [];
+};
+const expected = kContract.cdiDirs.join(",");
+for (const [what, dirs] of [["containerd's", runtimeDirs("deploy/containerd/quanta-pod-annotations.toml")],
+  ["CRI-O's", runtimeDirs("deploy/crio/50-quanta-cdi.conf")]]) {
+  report.check(dirs.join(",") === expected, `${what} cdi_spec_dirs are ${expected} (got ${dirs.join(",")})`);
+}
+for (const c of [init, sync]) {
+  report.check(c !== undefined && arg(c, "spec-dirs") === expected, `${c?.name ?? "cdi-sync"}'s --spec-dirs is ${expected} (got ${c && arg(c, "spec-dirs")})`);
+  if (!c) continue;
+  kContract.cdiDirs.forEach((d, i) => {
+    report.check(hostPathOf(c, d) === d, `host ${d} is mounted at ${d} in ${c.name}`);
+    const m = (c.volumeMounts ?? []).find((v) => v.mountPath === d);
+    if (i > 0) report.check(m !== undefined && !m.readOnly, `${d} is writable in ${c.name} (take-overs go there)`);
+  });
+}
 
 // The installer provides the payload; quanta-hook writes <prefix>/etc itself.
 const installer = fs.readFileSync(path.join(root, "deploy/image/quanta-install-host"), "utf8");

@@ -6,8 +6,9 @@
 # node config the arbiter refuses stops the install before anything changes. NVIDIA's CDI
 # spec in the lower-priority folder is taken over into the higher one (unchanged: left
 # alone), and nothing is taken over with --no-take-over, with NVIDIA's spec in the folder of
-# highest priority, or without one (each says so in a line); --watch regenerates the take-over
-# when NVIDIA's spec changes and removes it when the spec goes.
+# highest priority, or without one (each says so in a line); with three folders the device
+# plugin's spec is taken over too, each spec just above its own folder; --watch regenerates
+# the take-over when NVIDIA's spec changes or moves and removes it when the spec goes.
 set -euo pipefail
 src=${1:?usage: installer_test.sh SOURCE_DIR BUILD_DIR}
 build=${2:?}
@@ -98,9 +99,15 @@ ok "an unchanged payload leaves every file alone"
 takeover=$t/var/run/cdi/quanta-nvidia.com_gpu.yaml
 vendor() { # vendor FILE GENERATION: a spec shaped like nvidia-ctk's, marked with GENERATION
   mkdir -p "$(dirname "$1")"
-  printf '%s\n' 'cdiVersion: "0.5.0"' 'kind: nvidia.com/gpu' 'containerEdits:' "  env: [NVIDIA_VENDOR_GENERATION=$2]" \
-    'devices:' '  - name: "0"' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=0]}' \
-    '  - name: all' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=all]}' >"$1.tmp"
+  if [[ $1 == *.json ]]; then
+    printf '%s\n' '{"cdiVersion":"0.5.0","kind":"nvidia.com/gpu",' "\"containerEdits\":{\"env\":[\"NVIDIA_VENDOR_GENERATION=$2\"]}," \
+      '"devices":[{"name":"0","containerEdits":{"env":["NVIDIA_VENDOR_DEVICE=0"]}},' \
+      '{"name":"all","containerEdits":{"env":["NVIDIA_VENDOR_DEVICE=all"]}}]}' >"$1.tmp"
+  else
+    printf '%s\n' 'cdiVersion: "0.5.0"' 'kind: nvidia.com/gpu' 'containerEdits:' "  env: [NVIDIA_VENDOR_GENERATION=$2]" \
+      'devices:' '  - name: "0"' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=0]}' \
+      '  - name: all' '    containerEdits: {env: [NVIDIA_VENDOR_DEVICE=all]}' >"$1.tmp"
+  fi
   mv "$1.tmp" "$1"
 }
 vendor "$t/etc/cdi/nvidia.yaml" 1
@@ -133,19 +140,44 @@ out=$(install --vendor-spec="$t/vendor/nvidia.yaml") || fail "install --vendor-s
 grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" || fail "--vendor-spec was not taken over: $out"
 ok "no take-over when turned off, beside NVIDIA's spec or without one, each said in a line; --vendor-spec names the spec"
 
-# 5b. The device plugin's own spec (its CDI strategies name k8s.device-plugin.nvidia.com/gpu
-# devices from a spec in /var/run/cdi): taken over into a third folder of higher priority,
-# as docs/containers.md tells the operator to configure it.
+# 5b. The runtime's CDI folders as deploy/node passes them, three: NVIDIA's spec in /etc/cdi
+# and the device plugin's own (its CDI strategies name k8s.device-plugin.nvidia.com/gpu
+# devices from /var/run/cdi) are both found and each taken over in the folder just above
+# its own; NVIDIA's spec moved to /var/run/cdi (the GPU operator's toolkit) moves its
+# take-over up too, and the copy left below would sit beside it, so it goes.
+three="$t/etc/cdi,$t/var/run/cdi,$t/var/run/cdi-quanta"
 plugin=$t/var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json
+plugin_takeover=$t/var/run/cdi-quanta/quanta-k8s.device-plugin.nvidia.com_gpu.yaml
 printf '%s\n' '{"cdiVersion":"0.5.0","kind":"k8s.device-plugin.nvidia.com/gpu",' \
   '"devices":[{"name":"GPU-0","containerEdits":{"env":["NVIDIA_PLUGIN_DEVICE=GPU-0"]}}]}' >"$plugin"
-out=$(install --spec-dirs="$t/etc/cdi,$t/var/run/cdi,$t/var/run/cdi-quanta" --vendor-spec="$plugin") ||
-  fail "install of the device plugin's spec into a third folder failed: $out"
-third=$t/var/run/cdi-quanta/quanta-nvidia.com_gpu.yaml
-grep -Eq '^kind: "?k8s\.device-plugin\.nvidia\.com/gpu"?$' "$third" || fail "no take-over of the plugin's spec in the third folder: $out"
-grep -q NVIDIA_PLUGIN_DEVICE=GPU-0 "$third" || fail "the plugin's take-over lost its edits"
-rm -rf "$plugin" "$t/var/run/cdi-quanta"
-ok "the device plugin's spec in /var/run/cdi is taken over into a third folder of higher priority"
+vendor "$t/etc/cdi/nvidia.yaml" 3
+out=$(install --spec-dirs="$three") || fail "install with both specs failed: $out"
+grep -q NVIDIA_VENDOR_GENERATION=3 "$takeover" || fail "NVIDIA's spec in /etc/cdi was not taken over in /var/run/cdi: $out"
+grep -Eq '^kind: "?k8s\.device-plugin\.nvidia\.com/gpu"?$' "$plugin_takeover" ||
+  fail "the device plugin's spec was not taken over in /var/run/cdi-quanta: $out"
+grep -q NVIDIA_PLUGIN_DEVICE=GPU-0 "$plugin_takeover" || fail "the plugin's take-over lost its edits"
+grep -q "$t/opt/quanta/bin/quanta-hook" "$plugin_takeover" || fail "the plugin's take-over has no quanta-hook"
+[[ $(grep -c "took over" <<<"$out") -eq 2 ]] || fail "the install did not say what it took over, one line each: $out"
+rm "$t/etc/cdi/nvidia.yaml"
+vendor "$t/var/run/cdi/nvidia-container-toolkit.json" 4
+out=$(install --spec-dirs="$three") || fail "install with NVIDIA's spec moved to /var/run/cdi failed: $out"
+[[ ! -e $takeover && $out == *"$takeover removed"* ]] || fail "the take-over beside NVIDIA's spec in /var/run/cdi stayed: $out"
+grep -q NVIDIA_VENDOR_GENERATION=4 "$t/var/run/cdi-quanta/quanta-nvidia.com_gpu.yaml" ||
+  fail "NVIDIA's spec in /var/run/cdi was not taken over in /var/run/cdi-quanta: $out"
+[[ -f $plugin_takeover ]] || fail "the plugin's take-over went: $out"
+rm "$plugin" "$t/var/run/cdi/nvidia-container-toolkit.json"
+out=$(install --spec-dirs="$three") || fail "install without specs failed: $out"
+[[ -z $(ls -A "$t/var/run/cdi-quanta") && $out == *"no NVIDIA CDI spec"* ]] || fail "take-overs outlived their specs: $out"
+# A spec whose kind is no vendor/class (a file name from it would leave the folder).
+printf '%s\n' '{"cdiVersion":"0.5.0","kind":"nvidia.com/../../../gpu","devices":[{"name":"0"}]}' >"$t/vendor/odd.json"
+if out=$(install --spec-dirs="$three" --vendor-spec="$t/vendor/odd.json" 2>&1); then
+  [[ $(find "$t" -name 'quanta-*_*.yaml' | wc -l) -eq 0 ]] || fail "a take-over named after kind nvidia.com/../../../gpu was written"
+  fail "an install taking over a spec of kind nvidia.com/../../../gpu succeeded: $out"
+fi
+[[ $(find "$t" -name 'quanta-*_*.yaml' | wc -l) -eq 0 ]] || fail "a take-over named after kind nvidia.com/../../../gpu was written: $out"
+[[ $out == *"kind"* ]] || fail "the refusal does not name the kind: $out"
+rm -rf "$t/var/run/cdi-quanta" "$t/vendor/odd.json"
+ok "with three CDI folders both NVIDIA's and the device plugin's specs are taken over, each just above its own, and a take-over follows its spec up"
 
 # 6. --watch keeps the take-over in step: regenerated when NVIDIA's spec changes, removed
 # when it goes, and a stopped watcher leaves nothing behind.
@@ -153,19 +185,22 @@ rm -f "$takeover"
 mkdir -p "$t/tmp"
 vendor "$t/etc/cdi/nvidia.yaml" 1
 TMPDIR=$t/tmp "$src/deploy/image/quanta-install-host" --watch=1 --prefix="$t/opt/quanta" --config="$t/etc/quanta/quanta.toml" \
-  --socket=/run/quanta/tenant.sock --spec-dirs="$t/etc/cdi,$t/var/run/cdi" >"$t/watch.log" 2>&1 &
+  --socket=/run/quanta/tenant.sock --spec-dirs="$three" >"$t/watch.log" 2>&1 &
 watcher=$!
 until_true() { for _ in $(seq 300); do eval "$1" && return 0; sleep 0.1; done; return 1; }
 until_true 'grep -q NVIDIA_VENDOR_GENERATION=1 "$takeover" 2>/dev/null' || fail "--watch did not write the take-over: $(cat "$t/watch.log")"
 vendor "$t/etc/cdi/nvidia.yaml" 2
 until_true 'grep -q NVIDIA_VENDOR_GENERATION=2 "$takeover"' || fail "--watch did not follow NVIDIA's new spec: $(cat "$t/watch.log")"
-rm "$t/etc/cdi/nvidia.yaml"
-until_true '[[ ! -e $takeover ]]' || fail "--watch kept a take-over of a spec that is gone: $(cat "$t/watch.log")"
+mv "$t/etc/cdi/nvidia.yaml" "$t/var/run/cdi/nvidia.yaml"
+until_true '[[ ! -e $takeover ]] && grep -q NVIDIA_VENDOR_GENERATION=2 "$t/var/run/cdi-quanta/quanta-nvidia.com_gpu.yaml" 2>/dev/null' ||
+  fail "--watch did not move the take-over above NVIDIA's moved spec: $(cat "$t/watch.log")"
+rm "$t/var/run/cdi/nvidia.yaml"
+until_true '[[ ! -e $t/var/run/cdi-quanta/quanta-nvidia.com_gpu.yaml ]]' || fail "--watch kept a take-over of a spec that is gone: $(cat "$t/watch.log")"
 kill "$watcher"
 wait "$watcher" && fail "the watcher ignored SIGTERM"
 watcher=
 [[ -z $(ls -A "$t/tmp") ]] || fail "the stopped watcher left $(ls "$t/tmp")"
-ok "--watch regenerates the take-over when NVIDIA's spec changes and removes it when the spec goes"
+ok "--watch regenerates the take-over when NVIDIA's spec changes or moves and removes it when the spec goes"
 
 # 7. A node config the arbiter refuses: the install stops before changing anything.
 printf '[node]\nscope = "no spaces allowed"\n' >"$t/node-config/quanta.toml"

@@ -10,8 +10,11 @@
 # /var/run/cdi (the folders the installer was told the runtime reads) and runs each
 # container with quanta-tenant in place of the image's command. Then step 6 must hold: every
 # pod is gated (granted the GPU), the inference pod is capped at its 10Gi memory-limit (11Gi
-# refused, 1Gi granted), and `quantactl status` lists each pod. Last, the DaemonSet's
-# cdi-sync container keeps the take-over in step when NVIDIA's spec changes.
+# refused, 1Gi granted), and `quantactl status` lists each pod. Then the device plugin's own
+# CDI strategy: its spec (kind k8s.device-plugin.nvidia.com/gpu) in /var/run/cdi, taken over
+# by the DaemonSet's cdi-sync container into the folder above, and a pod given its GPU from
+# it is gated and capped. Last, cdi-sync keeps the take-over in step when NVIDIA's spec
+# changes.
 #
 # The node is a private mount and network namespace: /etc/cdi, /run (so /var/run/cdi),
 # /opt, /etc and /var/lib are writable there only, so every host path is the one the
@@ -190,35 +193,46 @@ pods=()
 caps=()
 gpu_names=(0 "$uuid")
 i=0
-for file in "$src"/deploy/examples/*.yaml; do
-  mapfile -t pod < <(yaml "$file" "const m = doc.metadata;
+# start_pod FILE DEVICE [RUNNER...]: the pod of FILE's GPU container run by podman with CDI
+# device DEVICE (through RUNNER, a command podman runs under, if any); sets pod (namespace/
+# name) and cap (its quanta.dev/memory-limit); returns 1 when FILE has no GPU container.
+start_pod() {
+  local file=$1 device=$2
+  shift 2
+  local fields
+  mapfile -t fields < <(yaml "$file" "const m = doc.metadata;
 const c = doc.spec.containers.find((c) => (c.resources?.limits ?? {})['nvidia.com/gpu'] !== undefined);
 if (!c) process.exit(0);
 console.log([m.namespace ?? 'default', m.name, c.name, c.resources.limits['nvidia.com/gpu'],
   m.annotations?.['quanta.dev/memory-limit'] ?? '',
   ...Object.entries(m.annotations ?? {}).filter(([k]) => k.startsWith('quanta.dev/')).map(([k, v]) => k + '=' + v)].join('\n'));")
-  ((${#pod[@]} >= 4)) || continue
-  ns=${pod[0]} name=${pod[1]} container=${pod[2]} gpus=${pod[3]} cap=${pod[4]}
+  ((${#fields[@]} >= 4)) || return 1
+  local ns=${fields[0]} name=${fields[1]} container=${fields[2]} gpus=${fields[3]}
+  cap=${fields[4]}
   [[ $gpus == 1 ]] || fail "$file asks for $gpus nvidia.com/gpu"
-  # The plugin names the GPU by its index or its UUID: both are tried.
-  device=nvidia.com/gpu=${gpu_names[$((i % 2))]}
   i=$((i + 1))
-  args=(--device "$device" --annotation io.kubernetes.cri.container-type=container
+  local args=(--device "$device" --annotation io.kubernetes.cri.container-type=container
     --annotation "io.kubernetes.cri.sandbox-name=$name" --annotation "io.kubernetes.cri.sandbox-namespace=$ns"
     --annotation "io.kubernetes.cri.sandbox-uid=00000000-0000-4000-8000-00000000000$i"
     --annotation "io.kubernetes.cri.container-name=$container")
-  for a in "${pod[@]:5}"; do args+=(--annotation "$a"); done
-  "$build/bin/quanta-e2e-bundle" rootfs "$t/$name" >/dev/null
-  id=guide-$$-$name
+  local a
+  for a in "${fields[@]:5}"; do args+=(--annotation "$a"); done
+  [[ -d $t/$name/rootfs ]] || "$build/bin/quanta-e2e-bundle" rootfs "$t/$name" >/dev/null
+  local id=guide-$$-$name
   containers+=("$id")
   # podman's default rlimits (nofile 1048576) can be above what the machine allows: lower
   # ones instead (containerd sets none of its own).
-  "${podman_global[@]}" run -d --name "$id" --network none --log-driver none \
+  "$@" "${podman_global[@]}" run -d --name "$id" --network none --log-driver none \
     --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
     "${args[@]}" --rootfs "$t/$name/rootfs" /bin/quanta-tenant batch --seconds 600 --kernel-ms 1 \
     >"$t/podman-$name.out" 2>&1 || fail "podman run of $ns/$name ($device) failed: $(cat "$t/podman-$name.out")"
-  echo "started $ns/$name: --device $device ${pod[*]:5}"
-  pods+=("$ns/$name")
+  echo "started $ns/$name: --device $device ${fields[*]:5}"
+  pod=$ns/$name
+}
+for file in "$src"/deploy/examples/*.yaml; do
+  # The plugin names the GPU by its index or its UUID: both are tried.
+  start_pod "$file" "nvidia.com/gpu=${gpu_names[$((i % 2))]}" || continue
+  pods+=("$pod")
   caps+=("$cap")
 done
 ((${#pods[@]} == 3)) || fail "deploy/examples/ gave ${#pods[@]} GPU pods, not 3"
@@ -287,6 +301,34 @@ done
 for _ in $(seq 600); do granted default/notebook && break; sleep 0.1; done
 granted default/notebook || fail "default/notebook was not granted the GPU once alone: $(tenants)"
 ok "default/notebook waited at the gate and was granted the GPU once alone"
+
+# The device plugin's CDI strategies: it writes its own spec (kind
+# k8s.device-plugin.nvidia.com/gpu) into /var/run/cdi and names a pod's GPU from it. The
+# runtime reads /var/run/cdi-quanta last, as deploy/containerd and deploy/crio configure it;
+# this podman reads two folders only, so it runs with the host's /var/run/cdi as its lower
+# folder and /var/run/cdi-quanta as its higher one (a mount namespace of its own), which is
+# how those two rank for the runtime.
+step="the device plugin's CDI strategy"
+yaml "$t/vendor.json" "doc.kind = 'k8s.device-plugin.nvidia.com/gpu';
+require('fs').writeFileSync('$t/plugin.json', JSON.stringify(doc));"
+mv -f "$t/plugin.json" /var/run/cdi/k8s.device-plugin.nvidia.com-gpu.json
+plugin_takeover=$(container_field cdi-sync argv | sed -n 's/^--spec-dirs=.*,//p')/quanta-k8s.device-plugin.nvidia.com_gpu.yaml
+for _ in $(seq 300); do [[ -f $plugin_takeover ]] && break; sleep 0.1; done
+[[ -f $plugin_takeover ]] || fail "the cdi-sync container did not take over the device plugin's spec into $plugin_takeover"
+[[ $(realpath "$(dirname "$plugin_takeover")") != "$(realpath /var/run/cdi)" ]] ||
+  fail "the device plugin's take-over went into /var/run/cdi, beside its spec, where the runtime drops both"
+ok "the cdi-sync container took over the device plugin's spec: $plugin_takeover"
+runtime_folders=(unshare --mount --propagation private sh -c
+  'mount --bind /var/run/cdi /etc/cdi && mount --bind "$0" /var/run/cdi && exec "$@"' "$(dirname "$plugin_takeover")")
+start_pod "$src/deploy/examples/inference-interactive.yaml" "k8s.device-plugin.nvidia.com/gpu=$uuid" "${runtime_folders[@]}" ||
+  fail "deploy/examples/inference-interactive.yaml has no GPU container"
+for _ in $(seq 600); do granted "$pod" && break; sleep 0.1; done
+line=$(tenants | awk -v p="$pod" '$1 == p')
+[[ -n $line ]] || fail "$pod, given its GPU as the device plugin names it, is not a tenant of the arbiter: $(tenants)"
+read -r _ grants plugin_cap _ <<<"$line"
+[[ $grants -gt 0 ]] || fail "$pod is not granted the GPU: $line"
+[[ $plugin_cap == "$(bytes "$cap")" ]] || fail "$pod's memory cap is $plugin_cap, not its quanta.dev/memory-limit $cap"
+ok "$pod, given k8s.device-plugin.nvidia.com/gpu=$uuid, is gated and capped at $cap"
 
 # Kept in step: NVIDIA's spec regenerated (a driver upgrade), the take-over follows.
 step="kept in step"
