@@ -657,10 +657,10 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
         common::ParseError err;
         if (!value_text(v, &text)) r.fail(v, key, "use \"measure\", a size (\"544Mi\") or 0");
         cfg.shim.measure_context_overhead = text == "measure";
-        if (text == "measure" || text == "0") {
+        if (text == "measure") {
           cfg.shim.context_overhead = 0;
-        } else if (!common::parse_bytes(text, &cfg.shim.context_overhead, &err)) {
-          r.fail(v, key, err.text);
+        } else if (!common::parse_bytes_or_zero(text, &cfg.shim.context_overhead, &err)) {
+          r.fail(v, key, std::string(err.text) + ", or \"measure\"");
         }
       }
     }

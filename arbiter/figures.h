@@ -59,6 +59,7 @@ struct GpuFigures {
   uint32_t index = 0;
   std::string uuid;
   GpuIdentity identity;
+  std::string parent;       // a MIG instance's GPU UUID; "" for a whole GPU
   bool mig_parent = false;  // a GPU whose MIG instances are managed: counted through them
   std::string holder;       // pod key holding the grant now, "" when none
   uint32_t waiting = 0;
@@ -92,6 +93,11 @@ struct NodeFigures {
   std::vector<uint32_t> node_fits;  // per probe, summed over the GPUs
   std::vector<GpuFigures> gpus;
 };
+
+// The node's fits per probe (NodeFigures::node_fits): the sum of its GPUs', a GPU whose MIG
+// instances are managed too counted through them only (its capacity is theirs), which marks
+// it mig_parent.
+std::vector<uint32_t> sum_node_fits(std::vector<GpuFigures>& gpus, size_t probes);
 
 // Refusal reasons at the tenant socket (the `reason` label), and the one a refusal's text
 // belongs to.

@@ -80,6 +80,20 @@ std::string node_name() {
 
 }  // namespace
 
+std::vector<uint32_t> sum_node_fits(std::vector<GpuFigures>& gpus, size_t probes) {
+  std::set<std::string> parents;
+  for (const GpuFigures& g : gpus) {
+    if (!g.parent.empty()) parents.insert(g.parent);
+  }
+  std::vector<uint32_t> fits(probes, 0);
+  for (GpuFigures& g : gpus) {
+    g.mig_parent = parents.count(g.uuid) != 0;
+    if (g.mig_parent) continue;
+    for (size_t k = 0; k < probes && k < g.capacity.fits.size(); ++k) fits[k] += g.capacity.fits[k];
+  }
+  return fits;
+}
+
 const char* refusal_reason(const std::string& text) {
   if (text.find("not in a registered container and this node does not admit") != std::string::npos)
     return "unregistered";
@@ -189,7 +203,6 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
   f->refusals = o.refusals;
   f->tenant_connections = static_cast<uint32_t>(tenants_ ? tenants_->connections() : 0);
   f->probes = config_.metrics.fit_probes;
-  f->node_fits.assign(f->probes.size(), 0);
   charge_nvml_busy();
   std::shared_ptr<const std::vector<GpuReading>> readings = nvml_->latest();
   const pid_t self = getpid();
@@ -206,6 +219,7 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
     GpuFigures g;
     g.index = gpu.index;
     g.uuid = gpu.uuid;
+    g.parent = gpu.info.parent;
     if (gpu.index < nvml_->identities().size()) g.identity = nvml_->identities()[gpu.index];
     g.utilization_source = reading && reading->process_busy_supported ? "driver" : "holds";
     g.window_ns = window;
@@ -329,12 +343,9 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
     g.capacity =
         gpu_capacity(loads, g.identity.memory_total, g.unmanaged_memory, free_slots, f->probes,
                      pods_.promised_minimum_ppm(gpu.uuid) / static_cast<double>(common::kShareScale));
-    if (!g.mig_parent) {
-      for (size_t k = 0; k < f->node_fits.size() && k < g.capacity.fits.size(); ++k)
-        f->node_fits[k] += g.capacity.fits[k];
-    }
     f->gpus.push_back(std::move(g));
   }
+  f->node_fits = sum_node_fits(f->gpus, f->probes.size());
   return f;
 }
 

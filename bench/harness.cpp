@@ -31,7 +31,6 @@ Paths Paths::around(const std::string& bench_executable) {
   fs::path bin = self.parent_path();
   fs::path root = bin.parent_path();
   Paths paths;
-  paths.bin_dir = bin.string();
   paths.tenant = (bin / "quanta-tenant").string();
   paths.arbiter = (bin / "quanta-arbiter").string();
   paths.quantactl = (bin / "quantactl").string();
@@ -236,10 +235,9 @@ Environment Run::environment(const std::string& pod, bool preload_shim) const {
     env.set("SIMGPU_DEVICES", std::to_string(sim_.devices));
     if (!sim_.memory.empty()) env.set("SIMGPU_MEMORY", sim_.memory);
     else env.unset("SIMGPU_MEMORY");
-    if (sim_.timeslice_us) env.set("SIMGPU_TIMESLICE_US", std::to_string(*sim_.timeslice_us));
-    else env.unset("SIMGPU_TIMESLICE_US");
-    if (sim_.switch_us) env.set("SIMGPU_SWITCH_US", std::to_string(*sim_.switch_us));
-    else env.unset("SIMGPU_SWITCH_US");
+    // simgpu's own time slice and switch cost, never an outer environment's.
+    env.unset("SIMGPU_TIMESLICE_US");
+    env.unset("SIMGPU_SWITCH_US");
     env.unset("SIMGPU_MIG");
     env.unset("SIMGPU_UUIDS");
   }

@@ -21,7 +21,6 @@ namespace quanta::bench {
 enum class GpuMode { sim, real };
 
 struct Paths {
-  std::string bin_dir;      // holds quanta-bench
   std::string tenant;       // quanta-tenant
   std::string arbiter;      // quanta-arbiter
   std::string quantactl;
@@ -71,9 +70,7 @@ class Bench {
 // simgpu settings for one run (ignored on a real GPU).
 struct SimSettings {
   int devices = 1;
-  std::string memory;                 // SIMGPU_MEMORY; "" = simgpu's default
-  std::optional<int> timeslice_us;    // SIMGPU_TIMESLICE_US
-  std::optional<int> switch_us;       // SIMGPU_SWITCH_US
+  std::string memory;  // SIMGPU_MEMORY; "" = simgpu's default
 };
 
 struct PodPolicy {

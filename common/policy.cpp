@@ -22,6 +22,12 @@ struct Decimal {
   bool overflow = false;
 };
 
+// What follows the first `used` characters ("" when none were used). Not substr(), which
+// may throw: these parsers also run inside libquanta.so, built without exceptions.
+std::string_view rest_of(std::string_view text, size_t used) {
+  return used == 0 ? std::string_view() : std::string_view(text.data() + used, text.size() - used);
+}
+
 size_t parse_decimal(std::string_view s, Decimal* d) {
   size_t i = 0;
   bool any = false;
@@ -136,7 +142,7 @@ bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err) {
   };
   Decimal d;
   size_t used = parse_decimal(text, &d);
-  std::string_view suffix = used == 0 ? std::string_view() : text.substr(used);
+  const std::string_view suffix = rest_of(text, used);
   if (used != 0 && !d.overflow) {
     for (const Suffix& s : kSuffixes) {
       if (suffix != s.name) continue;
@@ -155,6 +161,18 @@ bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err) {
               quoted(text).text);
 }
 
+bool parse_bytes_or_zero(std::string_view text, uint64_t* out, ParseError* err) {
+  if (text == "0") {
+    *out = 0;
+    return true;
+  }
+  if (parse_bytes(text, out, nullptr)) return true;
+  return fail(err,
+              "memory size \"%s\" is not allowed: use 0 or a number of bytes with an optional "
+              "suffix Ki, Mi, Gi, Ti, k, M, G or T (\"544Mi\")",
+              quoted(text).text);
+}
+
 bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
   struct Unit {
     const char* name;
@@ -166,7 +184,7 @@ bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err) {
                                     {"h", 3600000000000ull}};
   Decimal d;
   size_t used = parse_decimal(text, &d);
-  std::string_view unit = used == 0 ? std::string_view() : text.substr(used);
+  const std::string_view unit = rest_of(text, used);
   if (used != 0 && !d.overflow) {
     for (const Unit& u : kUnits) {
       if (unit != u.name) continue;

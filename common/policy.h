@@ -36,7 +36,11 @@ bool parse_priority(std::string_view text, Priority* out, ParseError* err);
 // A fraction in (0, 1] ("0.3") or a percentage ("30%").
 bool parse_share(std::string_view text, uint32_t* out_ppm, ParseError* err);
 // Bytes with an optional Kubernetes quantity suffix: "1048576", "512Mi", "10Gi", "2G", "1.5Gi".
+// The one grammar of sizes in config files, annotations, the environment and quantactl.
 bool parse_bytes(std::string_view text, uint64_t* out, ParseError* err);
+// The same, or "0" (nothing): a charge that may be turned off ([shim] context_overhead,
+// QUANTA_CONTEXT_OVERHEAD).
+bool parse_bytes_or_zero(std::string_view text, uint64_t* out, ParseError* err);
 // A duration with a unit: "500us", "20ms", "1s", "5m", "1h" (also "ns"); bare numbers are
 // refused. The one grammar of durations in config files, annotations and the environment.
 bool parse_duration(std::string_view text, uint64_t* out_ns, ParseError* err);

@@ -18,7 +18,7 @@ constexpr size_t kMaxStateBytes = 1 << 20;
 OciState parse_oci_state(std::string_view text) {
   nlohmann::json j = parse_json_object(text, "the OCI state on stdin");
   OciState s;
-  s.oci_version = optional_string(j, "ociVersion", "the OCI state");
+  optional_string(j, "ociVersion", "the OCI state");  // checked (a string if present), not used
   s.id = required_string(j, "id", "the OCI state");
   check_container_id(s.id);
   s.status = optional_string(j, "status", "the OCI state");

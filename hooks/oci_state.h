@@ -10,7 +10,6 @@
 namespace quanta::hooks {
 
 struct OciState {
-  std::string oci_version;
   std::string id;
   std::string status;
   int pid = 0;         // 0 when the state has none

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/policy.h"
 #include "shim/settings_file.h"
 #include "shim/spin.h"
 #include "shim/text.h"
@@ -186,10 +187,8 @@ void read_container_file(FileSettings* files, Notes* notes) {
 }
 
 void apply_files(const FileSettings& files, Options* out) {
-  out->node_settings = files.node_found;
   out->enforced = files.node_found && files.enforce;
   if (files.socket[0]) copy_text(out->socket_path, sizeof out->socket_path, files.socket);
-  out->container_capped = files.capped;
   copy_text(out->container_pod, sizeof out->container_pod, files.pod);
   // The container's rule is the hook's resolution of the node's for this container.
   Rule rule = files.container_rule != Rule::kUnset ? files.container_rule : files.node_rule;
@@ -219,13 +218,11 @@ void read_environment(Options* out, Notes* notes) {
       notes->add("ignoring QUANTA_COUNT_MANAGED=\"%.160s\": expected 1 or 0", v);
   }
   if (const char* v = loosening("QUANTA_CONTEXT_OVERHEAD", *out, notes)) {
-    if (parse_byte_size(v, &out->context_overhead_bytes))
+    common::ParseError err;
+    if (common::parse_bytes_or_zero(v, &out->context_overhead_bytes, &err))
       out->context_overhead_set = true;
     else
-      notes->add(
-          "ignoring QUANTA_CONTEXT_OVERHEAD=\"%.160s\": expected bytes, optionally with "
-          "Ki, Mi, Gi or Ti",
-          v);
+      notes->add("ignoring QUANTA_CONTEXT_OVERHEAD: %s", err.text);
   }
   if (const char* v = loosening("QUANTA_SOCKET", *out, notes))
     copy_text(out->socket_path, sizeof out->socket_path, v);
@@ -254,33 +251,6 @@ const Options& read_once() noexcept {
 const Options& options() noexcept {
   if (__builtin_expect(g_state.load(std::memory_order_acquire) == 2, 1)) return g_options;
   return read_once();
-}
-
-bool parse_byte_size(const char* text, uint64_t* bytes) noexcept {
-  if (!text || *text < '0' || *text > '9') return false;
-  uint64_t value = 0;
-  const char* p = text;
-  for (; *p >= '0' && *p <= '9'; ++p) {
-    const uint64_t digit = static_cast<uint64_t>(*p - '0');
-    if (value > (UINT64_MAX - digit) / 10) return false;
-    value = value * 10 + digit;
-  }
-  unsigned shift = 0;
-  if (!strcmp(p, ""))
-    shift = 0;
-  else if (!strcmp(p, "Ki"))
-    shift = 10;
-  else if (!strcmp(p, "Mi"))
-    shift = 20;
-  else if (!strcmp(p, "Gi"))
-    shift = 30;
-  else if (!strcmp(p, "Ti"))
-    shift = 40;
-  else
-    return false;
-  if (shift && value > (UINT64_MAX >> shift)) return false;
-  *bytes = value << shift;
-  return true;
 }
 
 }  // namespace quanta::shim

@@ -21,18 +21,13 @@ struct Options {
   char pod[256] = "";                                 // QUANTA_POD, for unregistered host processes
 
   // From /etc/quanta/node.conf and container.conf.
-  bool node_settings = false;     // node.conf exists (the process runs on a Quanta node)
   bool enforced = false;          // node.conf enforce = on (its default when the file exists)
   bool unplaced_closed = false;   // refuse CUDA while the arbiter cannot place this process
-  bool container_capped = false;  // container.conf memory_limit = 1
   char container_pod[256] = "";   // container.conf pod = ns/name (for messages)
 };
 
 // The cached options. The first call reads the files and the environment (thread-safe;
 // concurrent first callers wait for it); later calls are one acquire load.
 const Options& options() noexcept;
-
-// Parses "1048576", "300Mi", "2Gi", "512Ki", "1Ti" into bytes. False on anything else.
-bool parse_byte_size(const char* text, uint64_t* bytes) noexcept;
 
 }  // namespace quanta::shim

@@ -253,6 +253,11 @@ TEST(Config, EnforceShimAndMetricsSectionsParseAndRefuseBadValues) {
   EXPECT_NE(e.find("\"report\", \"deny\" or \"kill\""), std::string::npos) << e;
   e = refusal("[shim]\ncontext_overhead = \"lots\"\n");
   EXPECT_NE(e.find("shim.context_overhead"), std::string::npos) << e;
+  EXPECT_NE(e.find("use 0 or a number of bytes"), std::string::npos) << e;
+  EXPECT_NE(e.find("\"measure\""), std::string::npos) << e;
+  EXPECT_EQ(parse_config("[shim]\ncontext_overhead = \"0\"\n", "t.toml").shim.context_overhead, 0u);
+  EXPECT_EQ(parse_config("[shim]\ncontext_overhead = \"1.5Gi\"\n", "t.toml").shim.context_overhead,
+            3ull << 29);
   e = refusal("[metrics]\nlisten = \"9400\"\n");
   EXPECT_NE(e.find("HOST:PORT"), std::string::npos) << e;
   e = refusal("[metrics]\nlisten = \"host:99999\"\n");

@@ -514,6 +514,33 @@ TEST(MetricsText, LabelValuesAreEscapedAndKeptValidUtf8) {
   EXPECT_EQ(escape_label_value("\xc0\x80"), "\xef\xbf\xbd\xef\xbf\xbd") << "overlong NUL";
 }
 
+TEST(Figures, NodeFitsCountAMigGpuThroughItsInstancesOnly) {
+  // A GPU in MIG mode and its two managed instances: the instances' room is the GPU's, so
+  // the node counts it once; a whole GPU beside them counts as itself.
+  std::vector<GpuFigures> gpus(4);
+  gpus[0].uuid = "GPU-a";
+  gpus[0].capacity.fits = {4, 8};
+  gpus[1].uuid = "MIG-a1";
+  gpus[1].parent = "GPU-a";
+  gpus[1].capacity.fits = {1, 2};
+  gpus[2].uuid = "MIG-a2";
+  gpus[2].parent = "GPU-a";
+  gpus[2].capacity.fits = {1, 1};
+  gpus[3].uuid = "GPU-b";
+  gpus[3].capacity.fits = {3, 5};
+  EXPECT_EQ(sum_node_fits(gpus, 2), (std::vector<uint32_t>{5, 8}));
+  EXPECT_TRUE(gpus[0].mig_parent);
+  EXPECT_FALSE(gpus[1].mig_parent);
+  EXPECT_FALSE(gpus[3].mig_parent);
+  // MIG instances listed without their GPU (a driver listing them at the top level).
+  std::vector<GpuFigures> instances(gpus.begin() + 1, gpus.begin() + 3);
+  EXPECT_EQ(sum_node_fits(instances, 2), (std::vector<uint32_t>{2, 3}));
+  // Fewer fits than probes: the missing ones count 0.
+  std::vector<GpuFigures> one(1);
+  one[0].capacity.fits = {2};
+  EXPECT_EQ(sum_node_fits(one, 2), (std::vector<uint32_t>{2, 0}));
+}
+
 NodeFigures sample_figures() {
   NodeFigures f;
   f.scope = "s";

@@ -213,6 +213,29 @@ TEST(Placement, WelcomeMarkedEnforcedTakesTheArbitersSettingsOverTheTenants) {
   }
 }
 
+TEST(Placement, ContextOverheadVariableTakesTheConfigsSizeGrammar) {
+  // QUANTA_CONTEXT_OVERHEAD is spelled as [shim] context_overhead is: decimals and decimal
+  // suffixes too. Honoured where the node does not enforce, it replaces the arbiter's figure.
+  World world(test_name());
+  Env env = world.tenant_env("", true);
+  env["QUANTA_SOCKET"] = world.file("fake.sock");
+  const std::pair<const char*, uint64_t> spellings[] = {{"1.5Mi", 3 * kMi / 2}, {"2M", 2000000}};
+  for (const auto& [text, bytes] : spellings) {
+    env["QUANTA_CONTEXT_OVERHEAD"] = text;
+    FakeArbiter arbiter(world.file("fake.sock"),
+                        FakeArbiterScript{.count_managed = 1, .context_overhead = 32 * kMi});
+    const std::string go = world.file(std::string("go.") + text);
+    Child probe = world.spawn({QUANTA_LINK_PROBE, "managed", std::to_string(64 * kMi), go}, env);
+    EXPECT_TRUE(eventually(
+        10, [&] { return arbiter.welcomes() > 0 && arbiter.pod_used() == bytes + 64 * kMi; }))
+        << text << ": ledger " << arbiter.pod_used() << " bytes\n"
+        << probe.err();
+    touch(go);
+    finished(probe, 30, "managed holder");
+    EXPECT_EQ(count(probe.err(), "ignoring QUANTA_CONTEXT_OVERHEAD"), 0u) << probe.err();
+  }
+}
+
 TEST(Placement, ProgramReusingTheShimsDescriptorNumbersKeepsItsFiles) {
   World world(test_name(), ArbiterConfig{.pods = {{"fds", 1, ""}}});
   world.start_arbiter();

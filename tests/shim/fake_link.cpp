@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/policy.h"
 #include "shim/devices.h"
 #include "shim/link.h"
 #include "shim/options.h"
@@ -65,7 +66,7 @@ fake_device_account* account_for(fake_ledger* file, const CUuuid& uuid, int* ind
       if (atomic_at(&slot.state)->compare_exchange_strong(expected, FAKE_SLOT_CLAIMING)) {
         memcpy(slot.uuid, uuid.bytes, 16);
         uint64_t cap = 0;
-        if (const char* text = getenv("QUANTA_FAKE_CAP")) parse_byte_size(text, &cap);
+        if (const char* text = getenv("QUANTA_FAKE_CAP")) common::parse_bytes(text, &cap, nullptr);
         atomic_at(&slot.cap)->store(cap);
         atomic_at(&slot.state)->store(FAKE_SLOT_READY, std::memory_order_release);
       }

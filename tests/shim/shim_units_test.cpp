@@ -370,20 +370,5 @@ TEST_F(ChargeTest, RefusedProcessReservesNothing) {
   EXPECT_EQ(words_.pod_used, 0u);
 }
 
-TEST(Options, ParsesByteSizesWithBinarySuffixes) {
-  uint64_t bytes = 0;
-  EXPECT_TRUE(parse_byte_size("1048576", &bytes));
-  EXPECT_EQ(bytes, 1048576u);
-  EXPECT_TRUE(parse_byte_size("300Mi", &bytes));
-  EXPECT_EQ(bytes, 300ull << 20);
-  EXPECT_TRUE(parse_byte_size("2Gi", &bytes));
-  EXPECT_EQ(bytes, 2ull << 30);
-  EXPECT_FALSE(parse_byte_size("", &bytes));
-  EXPECT_FALSE(parse_byte_size("12MB", &bytes));
-  EXPECT_FALSE(parse_byte_size("-1", &bytes));
-  EXPECT_FALSE(parse_byte_size("99999999999999999999", &bytes));
-  EXPECT_FALSE(parse_byte_size("20000000Ti", &bytes));
-}
-
 }  // namespace
 }  // namespace quanta::shim

@@ -66,6 +66,27 @@ TEST(PolicyParse, BytesUnderstandsKubernetesSuffixes) {
   }
 }
 
+TEST(PolicyParse, BytesOrZeroIsTheSizeGrammarWithZero) {
+  uint64_t b = 7;
+  ParseError err;
+  EXPECT_TRUE(parse_bytes_or_zero("0", &b, &err));
+  EXPECT_EQ(b, 0u);
+  EXPECT_TRUE(parse_bytes_or_zero("1.5Gi", &b, &err));
+  EXPECT_EQ(b, 3ull << 29);
+  EXPECT_TRUE(parse_bytes_or_zero("2G", &b, &err));
+  EXPECT_EQ(b, 2000000000ull);
+  EXPECT_TRUE(parse_bytes_or_zero("544Mi", &b, &err));
+  EXPECT_EQ(b, 544ull << 20);
+  for (const char* bad : {"00", "0Mi", "10GB", "", "-1", "measure", "99999999999Ti"}) {
+    b = 7;
+    EXPECT_FALSE(parse_bytes_or_zero(bad, &b, &err)) << bad;
+    EXPECT_EQ(b, 7u) << bad;
+    const std::string text = err.text;
+    EXPECT_NE(text.find("use 0 or"), std::string::npos) << text;
+    EXPECT_NE(text.find(std::string("\"") + bad + "\""), std::string::npos) << text;
+  }
+}
+
 TEST(PolicyParse, DurationRequiresAUnit) {
   uint64_t ns = 0;
   ParseError err;
