@@ -10,6 +10,7 @@
 #include "arbiter/names.h"
 #include "common/clock.h"
 #include "common/pod_key.h"
+#include "common/version.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -259,8 +260,15 @@ json Arbiter::status_json() {
     if (!gpu->nvml_error.empty()) g["nvml_error"] = gpu->nvml_error;
     gpus.push_back(std::move(g));
   }
+  const auto interface = [](const common::InterfaceVersions& v) {
+    return json{{"speaks", v.speaks}, {"accepts", json::array({v.oldest, v.newest})}};
+  };
   return json{{"ok", true},
               {"scope", config_.scope},
+              {"versions",
+               {{"release", common::release()},
+                {"tenant_protocol", interface(common::kTenantProtocol)},
+                {"shared_memory_layout", interface(common::kSharedMemoryLayout)}}},
               {"generation", generation_},
               {"taken_ns", now},
               {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},

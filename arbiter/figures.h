@@ -101,8 +101,8 @@ std::vector<uint32_t> sum_node_fits(std::vector<GpuFigures>& gpus, size_t probes
 
 // Refusal reasons at the tenant socket (the `reason` label), and the one a refusal's text
 // belongs to.
-inline constexpr const char* kRefusalReasons[] = {"unregistered", "no-pod",   "pidfd",
-                                                  "region",       "pod-full", "other"};
+inline constexpr const char* kRefusalReasons[] = {"unregistered", "no-pod",   "pidfd",  "region",
+                                                  "pod-full",     "version",  "other"};
 const char* refusal_reason(const std::string& text);
 
 // Pod keys as operators name them (common/pod_key.h).

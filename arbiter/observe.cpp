@@ -101,6 +101,7 @@ const char* refusal_reason(const std::string& text) {
   if (text.find("could not be watched") != std::string::npos) return "pidfd";
   if (text.find("no region for pod") != std::string::npos) return "region";
   if (text.find("processes on the GPUs, the most") != std::string::npos) return "pod-full";
+  if (text.find("speaks tenant protocol") != std::string::npos) return "version";
   return "other";
 }
 

@@ -254,10 +254,29 @@ void print_policy(const json& response) {
   }
 }
 
+// "tenant protocol 3 (accepts 2 to 3)" from status JSON's versions.
+std::string interface_text(const json& versions, const char* key, const char* name) {
+  const json& v = versions.value(key, json::object());
+  const json& accepts = v.value("accepts", json::array());
+  std::string text = std::string(name) + " " + std::to_string(v.value("speaks", 0u));
+  if (accepts.size() == 2 && accepts[0].is_number_unsigned() && accepts[1].is_number_unsigned()) {
+    const unsigned oldest = accepts[0].get<unsigned>(), newest = accepts[1].get<unsigned>();
+    text += " (accepts " + std::to_string(oldest) +
+            (oldest == newest ? "" : " to " + std::to_string(newest)) + ")";
+  }
+  return text;
+}
+
 void print_table(const json& status) {
   std::printf("quanta-arbiter scope %s, generation %llu, up %.0f s\n",
               shown(status, "scope").c_str(), status.value("generation", 0ull),
               status.value("uptime_s", 0.0));
+  if (status.contains("versions") && status["versions"].is_object()) {
+    const json& v = status["versions"];
+    std::printf("release %s: %s, %s\n", shown(v, "release").c_str(),
+                interface_text(v, "tenant_protocol", "tenant protocol").c_str(),
+                interface_text(v, "shared_memory_layout", "shared-memory layout").c_str());
+  }
   for (const json& gpu : status["gpus"]) {
     std::string holder = "none";
     if (!gpu["holder"].is_null()) {

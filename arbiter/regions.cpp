@@ -9,6 +9,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/version.h"
+
 namespace quanta::arbiter {
 namespace {
 
@@ -34,9 +36,11 @@ std::string check_common(const void* bytes, size_t size, size_t expected, uint32
   uint32_t head[3];
   std::memcpy(head, bytes, sizeof(head));
   if (head[0] != magic) return std::string(kind) + " region has a foreign magic";
-  if (head[1] != common::kLayoutVersion) {
-    return std::string(kind) + " region has layout version " + std::to_string(head[1]) +
-           ", this arbiter speaks " + std::to_string(common::kLayoutVersion);
+  if (!common::kSharedMemoryLayout.accepts(head[1])) {
+    return std::string(kind) + " region has shared-memory layout " + std::to_string(head[1]) +
+           "; this arbiter (release " + common::release() + ") speaks " +
+           std::to_string(common::kSharedMemoryLayout.speaks) + " and accepts " +
+           common::accepted_range(common::kSharedMemoryLayout);
   }
   if (head[2] != expected) {
     return std::string(kind) + " region says it has " + std::to_string(head[2]) +

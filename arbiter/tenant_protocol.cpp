@@ -3,6 +3,7 @@
 
 #include <cstring>
 
+#include "common/version.h"
 #include "common/wire.h"
 
 namespace quanta::arbiter {
@@ -14,6 +15,20 @@ bool nul_terminated(const char* s, size_t cap) {
 
 }  // namespace
 
+std::string other_protocol_refusal(uint32_t version) {
+  const common::InterfaceVersions& v = common::kTenantProtocol;
+  const std::string accepted = common::accepted_range(v);
+  return "its libquanta.so speaks tenant protocol " + std::to_string(version) +
+         "; this arbiter (release " + common::release() + ") speaks " + std::to_string(v.speaks) +
+         " and accepts " + accepted + ": " +
+         (version < v.oldest
+              ? "restart the pod, so that its containers load the libquanta.so installed with "
+                "this arbiter, or run an arbiter release that accepts protocol " +
+                    std::to_string(version)
+              : "this arbiter is older than the pod's libquanta.so: run the arbiter release "
+                "installed with that library (or newer), or restart the pod under this one");
+}
+
 std::string parse_tenant_message(const void* data, size_t size, bool truncated,
                                  TenantMessage* out) {
   using common::MessageType;
@@ -24,9 +39,9 @@ std::string parse_tenant_message(const void* data, size_t size, bool truncated,
   common::MessageHeader header;
   std::memcpy(&header, data, sizeof(header));
   if (header.magic != common::kWireMagic) return "bad magic (not the Quanta protocol)";
-  if (header.version != common::kWireVersion) {
-    return "protocol version " + std::to_string(header.version) + ", this arbiter speaks " +
-           std::to_string(common::kWireVersion);
+  if (!common::kTenantProtocol.accepts(header.version)) {
+    out->other_version = header.version;
+    return other_protocol_refusal(header.version);
   }
   if (header.size != size) {
     return "header says " + std::to_string(header.size) + " bytes, packet has " +

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace quanta::arbiter {
@@ -17,10 +18,18 @@ struct TenantMessage {
   bool reports_quiet = false;         // Attach: kAttachReportsQuiet
   bool reports_unused_grant = false;  // Attach: kAttachReportsUnusedGrant
   bool ends_own_quantum = false;      // Attach: kAttachEndsOwnQuantum
+  // A packet of a tenant protocol this arbiter does not accept (common/version.h): the
+  // version its header says, so the server can tell the process why; 0 otherwise.
+  uint32_t other_version = 0;
 };
 
 // `truncated`: the kernel cut the packet or its control data (MSG_TRUNC/MSG_CTRUNC).
-// Returns "" and fills `out`, or the refusal.
+// Returns "" and fills `out`, or the refusal (for another protocol version, a line naming
+// both versions and what the operator should do, with `out->other_version` set).
 std::string parse_tenant_message(const void* data, size_t size, bool truncated, TenantMessage* out);
+
+// Why a process whose shim speaks tenant protocol `version`, which this arbiter does not
+// accept, is refused: both versions, and what the operator should do.
+std::string other_protocol_refusal(uint32_t version);
 
 }  // namespace quanta::arbiter

@@ -269,12 +269,16 @@ void TenantServer::on_readable(int fd) {
   TenantMessage m;
   std::string err = parse_tenant_message(buf, static_cast<size_t>(n),
                                          (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0, &m);
-  if (!err.empty()) return close_connection(fd, err);
   if (!peer_alive(conn.peer)) return close_connection(fd, "the process that connected has exited");
   if (sender != conn.peer.pid) {
     return close_connection(fd, "message sent by pid " + std::to_string(sender) +
                                     ", not by the process that connected");
   }
+  // A shim of another release's protocol is told why in a Refused of this one (its header
+  // says our version, so a newer shim can name both), counted and logged; it then runs as
+  // one the arbiter cannot place, by its node's [enforce] unplaced rule.
+  if (m.other_version != 0 && !conn.welcomed) return refuse(conn, err, common::RefusedAction::kRunOpen);
+  if (!err.empty()) return close_connection(fd, err);
   switch (m.kind) {
     case TenantMessage::Kind::kHello:
       if (conn.welcomed) return close_connection(fd, "second Hello on one connection");

@@ -195,6 +195,16 @@ HelloResult say_hello() {
   if (received <= 0 || !wire_message_valid(reply.header, received)) {
     close_all(fds, fd_count);
     close(fd);
+    if (received >= static_cast<long>(sizeof reply.header) &&
+        reply.header.magic == common::kWireMagic && reply.header.version != common::kWireVersion) {
+      // An arbiter of another release answers in its own protocol: name both.
+      snprintf(result.text, sizeof result.text,
+               "the arbiter speaks tenant protocol %u, this libquanta.so speaks %u: run the "
+               "arbiter release installed with this library, or restart the pod under the "
+               "node's arbiter",
+               reply.header.version, common::kWireVersion);
+      return result;
+    }
     copy_text(result.text, sizeof result.text,
               received == 0 ? "the arbiter closed the connection" : "no valid reply to hello");
     return result;

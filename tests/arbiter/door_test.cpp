@@ -17,6 +17,7 @@
 #include "arbiter/regions.h"
 #include "arbiter/state_file.h"
 #include "arbiter/tenant_protocol.h"
+#include "common/version.h"
 #include "common/wire.h"
 
 namespace quanta::arbiter {
@@ -96,6 +97,38 @@ TEST(TenantProtocol, AcceptsExactlyWellFormedMessages) {
   bad.header.type = common::MessageType::kWelcome;  // a reply, never a request
   bad.header.size = sizeof(bad);
   EXPECT_NE(parse_bytes_of(bad, &m), "");
+}
+
+TEST(TenantProtocol, AnotherProtocolVersionIsRefusedNamingBothAndWhatToDo) {
+  common::HelloMessage h{};
+  h.header = common::make_header<common::HelloMessage>(common::MessageType::kHello);
+  TenantMessage m;
+  EXPECT_EQ(parse_bytes_of(h, &m), "");
+  EXPECT_EQ(m.other_version, 0u);
+  const std::string speaks = " speaks " + std::to_string(common::kTenantProtocol.speaks) +
+                             " and accepts " + common::accepted_range(common::kTenantProtocol);
+  // An older shim (a pod started under the release before), then a newer one (a rollback).
+  h.header.version = common::kTenantProtocol.oldest - 1;
+  h.header.size = 40;  // whatever that release's Hello measured
+  std::string err = parse_tenant_message(&h, 40, false, &m);
+  EXPECT_EQ(m.other_version, common::kTenantProtocol.oldest - 1);
+  EXPECT_NE(err.find("its libquanta.so speaks tenant protocol " +
+                     std::to_string(common::kTenantProtocol.oldest - 1)),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find(speaks), std::string::npos) << err;
+  EXPECT_NE(err.find("restart the pod"), std::string::npos) << err;
+  TenantMessage newer;
+  h.header.version = common::kTenantProtocol.newest + 1;
+  err = parse_tenant_message(&h, sizeof h, false, &newer);
+  EXPECT_EQ(newer.other_version, common::kTenantProtocol.newest + 1);
+  EXPECT_NE(err.find(speaks), std::string::npos) << err;
+  EXPECT_NE(err.find("older than the pod's libquanta.so"), std::string::npos) << err;
+  // Garbage is not a version: no magic, no version read.
+  TenantMessage junk;
+  h.header.magic = 1;
+  EXPECT_NE(parse_bytes_of(h, &junk), "");
+  EXPECT_EQ(junk.other_version, 0u);
 }
 
 TEST(AdminProtocol, ParsesRequestsAndRefusesWhatIsNotOne) {

@@ -20,7 +20,9 @@
 #include "arbiter/figures.h"
 #include "arbiter/metrics_text.h"
 #include "arbiter/scheduler.h"
+#include "arbiter/tenant_protocol.h"
 #include "arbiter/wait_budget.h"
+#include "common/wire.h"
 #include "tests/arbiter/sched_sim.h"
 
 namespace quanta::arbiter {
@@ -637,6 +639,7 @@ TEST(Figures, RefusalTextsMapToTheirReasons) {
       refusal_reason(
           "pid 7 is not in a registered container and names no pod: set QUANTA_POD=<name>"),
       "no-pod");
+  EXPECT_STREQ(refusal_reason(other_protocol_refusal(common::kWireVersion - 1)), "version");
   EXPECT_STREQ(refusal_reason("something new"), "other");
 }
 

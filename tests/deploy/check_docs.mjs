@@ -170,7 +170,31 @@ if (mode === "alerts") {
   for (const r of rows) report.check(alerts.includes(r), `docs/operator-guide.md lists ${r}, which is a rule`);
 }
 
-if (!["config", "metrics", "annotations", "alerts"].includes(mode)) {
-  report.fail(`usage: check_docs.mjs config|metrics|annotations|alerts (got ${mode})`);
+if (mode === "versions") {
+  // The upgrade guide's versions table: this release's row is what common/version.h lists
+  // and what the built arbiter's --version prints.
+  const header = text(path.join(root, "common/version.h"));
+  const constant = (file, name) => Number((text(path.join(root, file)).match(new RegExp(`${name}\\s*=\\s*(\\d+)`)) ?? [])[1]);
+  const wire = constant("common/wire.h", "kWireVersion");
+  const layout = constant("common/shm_layout.h", "kLayoutVersion");
+  const range = (name, speaks) => {
+    const m = header.match(new RegExp(`${name}\\{"[^"]+",\\s*\\w+,\\s*(\\d+),\\s*(\\d+)\\}`));
+    if (!m) return "?";
+    const [oldest, newest] = [Number(m[1]), Number(m[2])];
+    return `${speaks}; ${oldest === newest ? oldest : `${oldest} to ${newest}`}`;
+  };
+  const release = (text(path.join(root, "CMakeLists.txt")).match(/project\(quanta VERSION ([0-9.]+)/) ?? [])[1];
+  const row = `| ${release} | ${range("kTenantProtocol", wire)} | ${range("kSharedMemoryLayout", layout)} |`;
+  const guide = text(path.join(root, "docs/operator-guide.md"));
+  report.check(guide.split("\n").some((l) => l.trim() === row), `docs/operator-guide.md's versions table has the row ${row}`);
+  if (fs.existsSync(arbiter)) {
+    const r = run(arbiter, ["--version"]);
+    report.check(r.out.includes(`${release} (shared-memory layout ${layout}, tenant protocol ${wire})`),
+      `quanta-arbiter --version says release ${release}, layout ${layout}, protocol ${wire} (got ${r.out.trim()})`);
+  }
+}
+
+if (!["config", "metrics", "annotations", "alerts", "versions"].includes(mode)) {
+  report.fail(`usage: check_docs.mjs config|metrics|annotations|alerts|versions (got ${mode})`);
 }
 report.finish();

@@ -151,6 +151,13 @@ void FakeArbiter::on_message(int fd) {
   if (in.header.type == common::MessageType::kHello) {
     const int count = ++hellos_;
     const int forced = refuse_action_.load();
+    if (script_.other_version != 0) {
+      auto m = message<common::RefusedMessage>(common::MessageType::kRefused);
+      m.header.version = script_.other_version;
+      std::snprintf(m.reason, sizeof m.reason, "an arbiter of another release");
+      send(fd, &m, sizeof m, {});
+      return;
+    }
     if (forced >= 0 || script_.refuse_open || count <= script_.deny_first) {
       auto m = message<common::RefusedMessage>(common::MessageType::kRefused);
       m.action = forced >= 0           ? static_cast<common::RefusedAction>(forced)

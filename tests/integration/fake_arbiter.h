@@ -26,6 +26,9 @@ struct FakeArbiterScript {
   uint32_t count_managed = 1;
   uint64_t context_overhead = 0;
   uint64_t memory_cap = 0;  // on GPU index 0, for every slot
+  // Hellos answered with a Refused whose header says this tenant protocol version (an
+  // arbiter of another release); 0: never.
+  uint32_t other_version = 0;
 };
 
 class FakeArbiter {

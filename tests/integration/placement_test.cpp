@@ -236,6 +236,25 @@ TEST(Placement, ContextOverheadVariableTakesTheConfigsSizeGrammar) {
   }
 }
 
+TEST(Placement, ShimAnsweredInAnotherProtocolNamesBothVersions) {
+  // An arbiter of another release (a rollback below the pod's library): the shim says so,
+  // with both versions, at the default level, and runs as one the arbiter cannot place.
+  World world(test_name());
+  Env env = world.tenant_env("", true);
+  env["QUANTA_SOCKET"] = world.file("fake.sock");
+  const uint32_t other = common::kWireVersion + 1;
+  FakeArbiter arbiter(world.file("fake.sock"), FakeArbiterScript{.other_version = other});
+  const std::string go = world.file("go");
+  Child probe = world.spawn({QUANTA_LINK_PROBE, "managed", std::to_string(kMi), go}, env);
+  const std::string said = "the arbiter speaks tenant protocol " + std::to_string(other) +
+                           ", this libquanta.so speaks " + std::to_string(common::kWireVersion);
+  EXPECT_TRUE(eventually(10, [&] { return probe.err().find(said) != std::string::npos; }))
+      << probe.err();
+  EXPECT_EQ(arbiter.welcomes(), 0);
+  touch(go);
+  finished(probe, 30, "managed holder");
+}
+
 TEST(Placement, ProgramReusingTheShimsDescriptorNumbersKeepsItsFiles) {
   World world(test_name(), ArbiterConfig{.pods = {{"fds", 1, ""}}});
   world.start_arbiter();

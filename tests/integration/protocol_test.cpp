@@ -151,6 +151,40 @@ TEST(Integration, ArbiterRefusesUnregisteredRawClientWithAReason) {
   EXPECT_GT(strnlen(reply.refused.reason, sizeof reply.refused.reason), 10u) << "the refusal gives no reason";
 }
 
+TEST(Integration, ArbiterRefusesAShimOfAnotherProtocolNamingBothVersions) {
+  // A pod started under a release whose shim speaks an older tenant protocol: its Hello is
+  // answered with a Refused saying both versions and what to do, and the arbiter logs it.
+  World world(test_name(), ArbiterConfig{.pods = {{"old", 1, ""}}});
+  world.start_arbiter();
+  RawClient client(world.tenant_socket());
+  ASSERT_TRUE(client.connected());
+  auto message = hello("old");
+  message.header.version = common::kWireVersion - 1;
+  ASSERT_TRUE(client.send_bytes(&message, sizeof message));
+  AnyReply reply{};
+  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::RefusedMessage)));
+  EXPECT_EQ(reply.header.version, common::kWireVersion) << "the reply is in the arbiter's own protocol";
+  ASSERT_EQ(reply.header.type, common::MessageType::kRefused);
+  EXPECT_TRUE(client.fds.empty());
+  const std::string reason(reply.refused.reason, strnlen(reply.refused.reason, sizeof reply.refused.reason));
+  const std::string old_version = "tenant protocol " + std::to_string(common::kWireVersion - 1);
+  EXPECT_NE(reason.find(old_version), std::string::npos) << reason;
+  EXPECT_NE(reason.find("speaks " + std::to_string(common::kWireVersion)), std::string::npos) << reason;
+  EXPECT_NE(reason.find("restart the pod"), std::string::npos) << reason;
+  EXPECT_TRUE(eventually(5, [&] {
+    const std::string log = world.arbiter_log();
+    return log.find("refusing pid " + std::to_string(getpid())) != std::string::npos &&
+           log.find(old_version) != std::string::npos;
+  })) << world.arbiter_log();
+  // The arbiter serves its own protocol as before.
+  RawClient current(world.tenant_socket());
+  const auto fresh = hello("old");
+  ASSERT_TRUE(current.send_bytes(&fresh, sizeof fresh));
+  AnyReply welcome{};
+  ASSERT_GT(current.receive(&welcome, sizeof welcome), 0);
+  EXPECT_EQ(welcome.header.type, common::MessageType::kWelcome) << welcome.refused.reason;
+}
+
 TEST(Integration, ArbiterSurvivesMalformedTenantMessages) {
   World world(test_name(), ArbiterConfig{.pods = {{"raw", 1, ""}}});
   world.start_arbiter();

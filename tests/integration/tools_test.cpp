@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/version.h"
 #include "harness.h"
 
 namespace quanta::integration {
@@ -59,6 +60,29 @@ TEST(Tools, EveryToolNamesItsReleaseAndInterfacesAndAUsageErrorExitsTwo) {
     const ToolRun usage = run(world, {binary, "--no-such-option"});
     EXPECT_EQ(usage.code, 2) << name << ": " << usage.err;
   }
+}
+
+TEST(Tools, StatusSaysWhichVersionsTheArbiterSpeaksAndAccepts) {
+  World world("tools-versions", ArbiterConfig{.pods = {}});
+  world.start_arbiter();
+  const ToolRun table = quantactl(world, {"status"});
+  ASSERT_EQ(table.code, 0) << table.err;
+  const std::regex line(
+      R"(\nrelease [0-9]+\.[0-9]+\.[0-9]+: tenant protocol ([0-9]+) \(accepts [0-9]+( to )"
+      R"([0-9]+)?\), shared-memory layout ([0-9]+) \(accepts [0-9]+( to [0-9]+)?\)\n)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(table.out, m, line)) << table.out;
+  EXPECT_EQ(m[1], std::to_string(common::kWireVersion));
+  EXPECT_EQ(m[3], std::to_string(common::kLayoutVersion));
+  const ToolRun raw = quantactl(world, {"status", "--json"});
+  ASSERT_EQ(raw.code, 0) << raw.err;
+  const json versions = json::parse(raw.out).at("versions");
+  EXPECT_EQ(versions.at("tenant_protocol").at("speaks"), common::kWireVersion);
+  EXPECT_EQ(versions.at("shared_memory_layout").at("speaks"), common::kLayoutVersion);
+  const json accepts = versions.at("tenant_protocol").at("accepts");
+  ASSERT_EQ(accepts.size(), 2u);
+  EXPECT_LE(accepts[0].get<uint32_t>(), common::kWireVersion);
+  EXPECT_GE(accepts[1].get<uint32_t>(), common::kWireVersion);
 }
 
 // No arbiter behind the path, then a socket whose arbiter is gone: each error says which
