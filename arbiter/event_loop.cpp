@@ -21,16 +21,6 @@ void throw_errno(const std::string& what) {
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
-UniqueFd& UniqueFd::operator=(UniqueFd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 EventLoop::EventLoop() : epoll_(epoll_create1(EPOLL_CLOEXEC)) {
   if (!epoll_) throw_errno("epoll_create1");
 }

@@ -1,6 +1,6 @@
 // The arbiter's single-threaded event loop: epoll over sockets, doorbells, pidfds and
 // timerfds, each registered with the callback that handles it, and waits that end at the
-// earliest deadline the arbiter keeps. Also a small owning fd.
+// earliest deadline the arbiter keeps.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "hosted/unique_fd.h"
+
 struct epoll_event;
 
 namespace quanta::arbiter {
@@ -17,27 +19,8 @@ namespace quanta::arbiter {
 // Throws std::runtime_error naming `what` and errno's text.
 [[noreturn]] void throw_errno(const std::string& what);
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
-  UniqueFd& operator=(UniqueFd&& o) noexcept;
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-  int get() const { return fd_; }
-  int release() {
-    int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+// The host programs' owning descriptor, by the name the arbiter's files use.
+using hosted::UniqueFd;
 
 class EventLoop {
  public:

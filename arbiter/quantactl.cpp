@@ -23,9 +23,9 @@
 #include "arbiter/ctl_text.h"
 #include "arbiter/ctl_views.h"
 #include "arbiter/names.h"
-#include "arbiter/event_loop.h"
 #include "common/policy.h"
 #include "common/version.h"
+#include "hosted/unique_fd.h"
 
 namespace {
 
@@ -71,7 +71,7 @@ json request(const std::string& socket_path, const json& req) {
     throw std::runtime_error("--admin-socket \"" + printable(socket_path) + "\": a path of 1 to " +
                              std::to_string(sizeof addr.sun_path - 1) + " bytes");
   std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  quanta::arbiter::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  quanta::hosted::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     throw std::runtime_error(unreachable(socket_path, errno));

@@ -10,13 +10,10 @@
 #include <cstring>
 
 #include "common/version.h"
+#include "hosted/errno_text.h"
 
 namespace quanta::arbiter {
 namespace {
-
-std::string errno_text() {
-  return std::strerror(errno);
-}
 
 template <typename T>
 constexpr uint32_t magic_of() {
@@ -108,11 +105,11 @@ Region<T> Region<T>::create(const std::string& name) {
   Region r;
   r.name_ = name;
   r.fd_.reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!r.fd_) throw RegionError("memfd_create(" + name + "): " + errno_text());
+  if (!r.fd_) throw RegionError("memfd_create(" + name + "): " + hosted::errno_text(errno));
   if (ftruncate(r.fd_.get(), static_cast<off_t>(sizeof(T))) != 0)
-    throw RegionError("sizing region " + name + ": " + errno_text());
+    throw RegionError("sizing region " + name + ": " + hosted::errno_text(errno));
   void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, r.fd_.get(), 0);
-  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + errno_text());
+  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + hosted::errno_text(errno));
   r.map_ = p;
   auto& header = r.get()->header;
   header.magic = magic_of<T>();
@@ -121,12 +118,12 @@ Region<T> Region<T>::create(const std::string& name) {
   // The arbiter's mapping exists now; sealing FUTURE_WRITE keeps it writable and makes
   // every later writable mapping, write(2) and hole punch fail, whoever asks.
   if (fcntl(r.fd_.get(), F_ADD_SEALS, kControl ? kControlSeals : kRegionSeals) != 0)
-    throw RegionError("sealing region " + name + ": " + errno_text());
+    throw RegionError("sealing region " + name + ": " + hosted::errno_text(errno));
   if constexpr (kControl) {
     const std::string self = "/proc/self/fd/" + std::to_string(r.fd_.get());
     r.tenant_fd_.reset(::open(self.c_str(), O_RDONLY | O_CLOEXEC));
     if (!r.tenant_fd_)
-      throw RegionError("reopening region " + name + " read-only: " + errno_text());
+      throw RegionError("reopening region " + name + " read-only: " + hosted::errno_text(errno));
   }
   r.inode_ = inode_of(r.fd_.get());
   return r;
@@ -151,7 +148,7 @@ Region<T> Region<T>::adopt(UniqueFd fd, const std::string& name, uint64_t recove
                       " bytes, the layout has " + std::to_string(sizeof(T)));
   }
   void* p = mmap(nullptr, sizeof(T), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + errno_text());
+  if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + hosted::errno_text(errno));
   Region r;
   r.name_ = name;
   r.fd_ = std::move(fd);
@@ -179,7 +176,7 @@ ControlSnapshot::ControlSnapshot(const UniqueFd& fd, std::string* why) {
   }
   void* p = mmap(nullptr, sizeof(common::ControlRegion), PROT_READ, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
-    *why = "cannot map the old control region: " + errno_text();
+    *why = "cannot map the old control region: " + hosted::errno_text(errno);
     return;
   }
   *why = check_control_header(p, sizeof(common::ControlRegion));

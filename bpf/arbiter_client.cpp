@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "hosted/unique_fd.h"
 #include "trace_run.h"
 
 namespace quanta::bpf {
@@ -38,13 +39,6 @@ std::set<uint64_t> socket_inodes(pid_t pid) {
   ::closedir(fds);
   return inodes;
 }
-
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 }  // namespace
 
@@ -69,23 +63,23 @@ std::optional<std::string> find_admin_socket(pid_t pid) {
 std::optional<nlohmann::json> query_status(pid_t pid, const std::string& socket_path,
                                            std::string* error) {
   const std::string through = "/proc/" + std::to_string(pid) + "/root" + socket_path;
-  Fd path_fd{::open(through.c_str(), O_PATH | O_CLOEXEC)};
-  if (path_fd.fd < 0) {
+  const hosted::UniqueFd path_fd(::open(through.c_str(), O_PATH | O_CLOEXEC));
+  if (path_fd.get() < 0) {
     *error = "cannot open admin socket " + through + ": " + errno_text(errno);
     return std::nullopt;
   }
-  Fd sock{::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)};
+  const hosted::UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
-  std::snprintf(address.sun_path, sizeof address.sun_path, "/proc/self/fd/%d", path_fd.fd);
-  if (sock.fd < 0 ||
-      ::connect(sock.fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+  std::snprintf(address.sun_path, sizeof address.sun_path, "/proc/self/fd/%d", path_fd.get());
+  if (sock.get() < 0 ||
+      ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
     *error = "cannot connect to admin socket " + socket_path + " of arbiter " +
              std::to_string(pid) + ": " + errno_text(errno);
     return std::nullopt;
   }
   const std::string request = "{\"cmd\":\"status\"}\n";
-  if (::send(sock.fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+  if (::send(sock.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     *error = "cannot send to admin socket " + socket_path + ": " + errno_text(errno);
     return std::nullopt;
@@ -95,13 +89,13 @@ std::optional<nlohmann::json> query_status(pid_t pid, const std::string& socket_
   while (reply.find('\n') == std::string::npos) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    pollfd p{sock.fd, POLLIN, 0};
+    pollfd p{sock.get(), POLLIN, 0};
     if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
       *error = "arbiter " + std::to_string(pid) + " did not answer status within 3 s";
       return std::nullopt;
     }
     char buf[65536];
-    const ssize_t n = ::read(sock.fd, buf, sizeof buf);
+    const ssize_t n = ::read(sock.get(), buf, sizeof buf);
     if (n <= 0) {
       *error = "arbiter " + std::to_string(pid) + " closed the admin socket";
       return std::nullopt;

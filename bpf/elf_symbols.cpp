@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <memory>
 
+#include "hosted/unique_fd.h"
 #include "trace_run.h"
 
 namespace quanta::bpf {
@@ -19,21 +20,14 @@ struct ElfCloser {
   void operator()(Elf* elf) const { elf_end(elf); }
 };
 
-// Declared before the Elf handle, so the descriptor outlives it.
-struct Fd {
-  int fd;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 }  // namespace
 
 std::map<std::string, uint64_t> elf_function_offsets(const std::string& path) {
   if (elf_version(EV_CURRENT) == EV_NONE) throw TraceError("libelf is too old for this ELF");
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) throw TraceError("cannot open " + path + ": " + errno_text(errno));
-  std::unique_ptr<Elf, ElfCloser> elf(elf_begin(file.fd, ELF_C_READ, nullptr));
+  // Declared before the Elf handle, so the descriptor outlives it.
+  const hosted::UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (file.get() < 0) throw TraceError("cannot open " + path + ": " + errno_text(errno));
+  std::unique_ptr<Elf, ElfCloser> elf(elf_begin(file.get(), ELF_C_READ, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) throw TraceError(path + " is not an ELF file");
   std::map<std::string, uint64_t> offsets;
   for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf.get(), scn)) != nullptr;) {

@@ -57,11 +57,6 @@ void install_libbpf_logging(bool verbose) {
   libbpf_set_print(libbpf_log);
 }
 
-std::string errno_text(int err) {
-  if (err < 0) err = -err;
-  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")";
-}
-
 bool btf_tracepoint_usable(const char* tracepoint) {
   LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_RAW_TP);
   const int btf_id = libbpf_find_vmlinux_btf_id(tracepoint, BPF_TRACE_RAW_TP);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "hosted/errno_text.h"
+
 namespace quanta::bpf {
 
 // A failure the user can act on; main prints what() as one line and exits non-zero.
@@ -22,8 +24,9 @@ class TraceError : public std::runtime_error {
 // (the tools report failures themselves, naming what failed).
 void install_libbpf_logging(bool verbose);
 
-// "Operation not permitted (errno 1)" for a libbpf return value or errno.
-std::string errno_text(int err);
+// errno's and libbpf's failures in messages: hosted::errno_text ("Operation not
+// permitted (errno 1)").
+using hosted::errno_text;
 
 // Whether this kernel can attach BTF tracepoint programs (tp_btf) to `tracepoint`, e.g.
 // "sched_switch": it needs vmlinux BTF and Linux >= 5.5. libbpf-tools' runqlat probes the

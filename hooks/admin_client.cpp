@@ -12,6 +12,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "hosted/unique_fd.h"
+
 namespace quanta::hooks {
 namespace {
 
@@ -23,19 +25,7 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
+using Fd = hosted::UniqueFd;
 
 // Waits for `events` until the deadline; false on timeout or error.
 bool wait_for(int fd, short events, uint64_t deadline_ns) {

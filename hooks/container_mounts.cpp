@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "hooks/error.h"
+#include "hosted/errno_text.h"
+#include "hosted/unique_fd.h"
 
 namespace quanta::hooks {
 namespace {
@@ -37,28 +39,8 @@ struct MountAttr {
   uint64_t userns_fd;
 };
 
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  Fd(Fd&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
-  Fd& operator=(Fd&& o) noexcept {
-    std::swap(fd_, o.fd_);
-    return *this;
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-std::string errno_text(int err) {
-  return std::strerror(err);
-}
+using hosted::errno_text;
+using Fd = hosted::UniqueFd;
 
 std::vector<std::string> components(const std::string& path) {
   std::vector<std::string> parts;
