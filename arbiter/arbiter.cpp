@@ -57,7 +57,7 @@ SchedulerOptions scheduler_options(const SchedulerConfig& c) {
 
 // `wake`: false only for a revoke the holder's shim released ahead (it ended its own turn
 // and waits for nothing; its blocked launchers wait for the next grant, which wakes them).
-void bump_turn(common::ControlSlot& slot, bool wake = true) {
+void bump_turn(SlotWords slot, bool wake = true) {
   slot.end_at_ns.store(0, std::memory_order_relaxed);  // before the turn it belongs to moves
   slot.turn.fetch_add(1, std::memory_order_acq_rel);
   if (wake) common::futex_wake(&slot.turn, INT_MAX);
@@ -186,10 +186,8 @@ Arbiter::~Arbiter() {
   // zero the heartbeat and wake every launcher blocked at a gate so it notices. A restart
   // brings gating back as each tenant reconnects; grants carry over to the new regions.
   for (auto& gpu : gpus_) {
-    common::ControlRegion& region = *gpu->region.get();
-    region.header.heartbeat_ns.store(0, std::memory_order_release);
-    for (const auto& [slot, pid] : gpu->slot_pids)
-      common::futex_wake(&region.slots[slot].turn, INT_MAX);
+    gpu->each_header([](common::ControlHeader& h) { h.heartbeat_ns.store(0, std::memory_order_release); });
+    for (const auto& [slot, pid] : gpu->slot_pids) common::futex_wake(&gpu->words(slot).turn, INT_MAX);
   }
   if (nvml_) loop_.remove(nvml_->fd());
   nvml_.reset();
@@ -205,7 +203,13 @@ void Arbiter::run() {
 
 void Arbiter::record_node() {
   std::map<uint32_t, SavedGpu> gpus;
-  for (const auto& g : gpus_) gpus[g->index] = SavedGpu{g->uuid, g->region.inode()};
+  for (const auto& g : gpus_) {
+    // The layout-2 region first: a release that reads one region per GPU reads that one.
+    SavedGpu saved{g->uuid, {}};
+    if (g->region2) saved.inodes.push_back(g->region2.inode());
+    saved.inodes.push_back(g->region.inode());
+    gpus[g->index] = std::move(saved);
+  }
   pods_.set_node_record(generation_, std::move(gpus), slot_key_text(slot_key_));
   pods_.save_state();
 }
@@ -239,23 +243,26 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
   const bool key_kept = parse_slot_key(saved.slot_key, &slot_key_);
   if (!key_kept) slot_key_ = new_slot_key();
   generation_ = saved.generation;
-  std::map<uint32_t, ControlSnapshot> old_controls;
+  std::map<uint32_t, ControlSnapshot> old_controls;   // layout 3, by GPU index
+  std::map<uint32_t, ControlSnapshot> old_controls2;  // layout 2 (the previous release's pods)
   for (const auto& [index, g] : saved.gpus) {
     if (index >= gpus.size() || g.uuid != gpus[index].uuid) continue;
-    FoundRegion* f = found(g.inode, control_region_name(config_.scope, index));
-    if (f == nullptr) continue;
-    std::string why;
-    ControlSnapshot snap(f->fd, &why);
-    if (!snap || snap.get()->header.gpu_index != index ||
-        std::strncmp(snap.get()->header.uuid, g.uuid.c_str(), common::kUuidLen) != 0) {
-      spdlog::warn(
-          "the previous control region of GPU {} is not usable ({}): its grants start "
-          "afresh",
-          index, why.empty() ? "another GPU's" : why);
-      continue;
+    for (uint64_t inode : g.inodes) {
+      FoundRegion* f = found(inode, control_region_name(config_.scope, index));
+      if (f == nullptr) continue;
+      std::string why;
+      ControlSnapshot snap(f->fd, &why);
+      if (!snap || snap.get()->header.gpu_index != index ||
+          std::strncmp(snap.get()->header.uuid, g.uuid.c_str(), common::kUuidLen) != 0) {
+        spdlog::warn(
+            "a previous control region of GPU {} is not usable ({}): its grants start afresh",
+            index, why.empty() ? "another GPU's" : why);
+        continue;
+      }
+      generation_ = std::max(generation_, snap.get()->header.arbiter_generation.load());
+      auto& into = snap.layout() == common::layout2::kVersion ? old_controls2 : old_controls;
+      into[index] = std::move(snap);
     }
-    generation_ = std::max(generation_, snap.get()->header.arbiter_generation.load());
-    old_controls[index] = std::move(snap);
   }
   ++generation_;
 
@@ -300,7 +307,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     const std::set<pid_t> recorded(saved_pod.pids.begin(), saved_pod.pids.end());
     const std::set<pid_t> unanswered(scan.unanswered.begin(), scan.unanswered.end());
     for (uint32_t pi = 0; pi < common::kMaxProcsPerPod; ++pi) {
-      const pid_t pid = static_cast<pid_t>(pod->region->procs[pi].pid.load());
+      const pid_t pid = static_cast<pid_t>(pod->region.pid(pi).load());
       if (pid == 0) continue;
       // The entry is tenant-writable: adopt only a process this arbiter admitted into this
       // pod, alive, that maps this very region. Anything else is dead or forged, and
@@ -361,6 +368,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       const SlotId s = found_slot->second;
       const common::ControlSlot& was = old.slots[s];
       Pod& pod = *pods_.find(proc.pod_index);
+      if (pod.region.layout() != common::kLayoutVersion) continue;
       proc.slots[index] = s;
       gpu.slot_pids[s] = pid;
       index_channels(gpu);
@@ -371,10 +379,41 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       // place (odd: it held the grant when the last arbiter stopped).
       region.slots[s].turn.store(was.turn.load());
       fill_slot(gpu, s, proc, pod);
-      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(region.slots[s]);
+      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(gpu.words(s));
     }
     auto holder = gpu.sched->holder();
     region.header.holder.store(holder ? *holder : common::kNoSlot);
+  }
+  // Layout-2 slots (pods of the previous release), from its control regions: there each slot
+  // names its process, as that release's arbiter found them.
+  for (auto& [index, snap] : old_controls2) {
+    Gpu& gpu = *gpus_[index];
+    const common::layout2::ControlRegion& old = *snap.get2();
+    for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
+      const common::layout2::ControlSlot& was = old.slots[s];
+      const pid_t pid = static_cast<pid_t>(was.pid.load());
+      auto it = pid == 0 ? processes_.end() : processes_.find(pid);
+      if (it == processes_.end() || it->second.pod_index != was.pod_index.load() ||
+          it->second.proc_index != was.proc_index.load() || it->second.slots.count(index) != 0 ||
+          gpu.slot_pids.count(s) != 0)
+        continue;
+      Process& proc = it->second;
+      Pod& pod = *pods_.find(proc.pod_index);
+      if (pod.region.layout() != common::layout2::kVersion) continue;
+      open_region2(gpu);
+      gpu.layout2_slots.set(s);
+      proc.slots[index] = s;
+      gpu.slot_pids[s] = pid;
+      index_channels(gpu);
+      gpu.sched->set_pod_policy(pod.index, pod.policy);
+      gpu.sched->add_tenant(s, pod.index, now);
+      gpu.accounting.add_tenant(s, pod.key, now);
+      gpu.region2->slots[s].turn.store(was.turn.load());
+      fill_slot(gpu, s, proc, pod);
+      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(gpu.words(s));
+    }
+    auto holder = gpu.sched->holder();
+    gpu.each_header([&](common::ControlHeader& h) { h.holder.store(holder ? *holder : common::kNoSlot); });
   }
   for (auto& [pid, proc] : processes_) watch_process(proc);
   std::vector<uint32_t> unused;
@@ -412,7 +451,7 @@ common::RefusedAction Arbiter::unplaced_action(bool registered,
 }
 
 Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
-                         const std::string& claimed_pod) {
+                         const std::string& claimed_pod, uint32_t layout) {
   const pid_t pid = peer.pid;
   Admission out;
   auto refuse = [&](std::string reason, common::RefusedAction action) {
@@ -464,9 +503,19 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     if (!pidfd) return refuse("pid " + std::to_string(pid) + " could not be watched", action);
     Pod* pod = nullptr;
     try {
-      pod = &pods_.get_or_create(key, reg != nullptr, cgroup);
+      pod = &pods_.get_or_create(key, reg != nullptr, cgroup, layout);
     } catch (const std::exception& e) {
       return refuse("no region for pod " + key + ": " + e.what(), action);
+    }
+    if (pod->region.layout() != layout) {
+      // One pod region, one layout: a pod whose containers load libquanta.so of two releases
+      // (a container added to a running pod after an upgrade) keeps the first one's.
+      return refuse("pod " + key + "'s other processes map shared-memory layout " +
+                        std::to_string(pod->region.layout()) + ", this process's libquanta.so " +
+                        std::to_string(layout) +
+                        ": one pod's containers must load one release's libquanta.so; restart "
+                        "the pod so that all of them load the one installed now",
+                    action);
     }
     uint32_t proc_index = common::kMaxProcsPerPod;
     for (uint32_t i = 0; i < common::kMaxProcsPerPod; ++i) {
@@ -481,13 +530,15 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
                         " processes on the GPUs, the most one pod may have",
                     action);
     }
-    common::ProcEntry& entry = pod->region->procs[proc_index];
     for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
-      std::memset(static_cast<void*>(&entry.gpus[g]), 0, sizeof(common::GateChannel));
-      std::memset(static_cast<void*>(&entry.limits[g]), 0, sizeof(common::GateLimits));
-      entry.limits[g].slot.store(common::kNoSlot, std::memory_order_relaxed);
+      std::memset(static_cast<void*>(&pod->region.channel(proc_index, g)), 0,
+                  sizeof(common::GateChannel));
+      if (common::GateLimits* limits = pod->region.limits(proc_index, g)) {
+        std::memset(static_cast<void*>(limits), 0, sizeof(common::GateLimits));
+        limits->slot.store(common::kNoSlot, std::memory_order_relaxed);
+      }
     }
-    entry.pid.store(static_cast<uint32_t>(pid), std::memory_order_release);
+    pod->region.pid(proc_index).store(static_cast<uint32_t>(pid), std::memory_order_release);
     pod->entries.set(proc_index);
     pod->pids.insert(pid);
     Process& p = processes_[pid];
@@ -506,8 +557,15 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
                     pod->index, proc_index);
   }
   Process& proc = existing->second;
-  proc.connected = true;
   Pod& pod = *pods_.find(proc.pod_index);
+  if (pod.region.layout() != layout) {
+    return refuse("pid " + std::to_string(pid) + " was admitted with shared-memory layout " +
+                      std::to_string(pod.region.layout()) + " and now says Hello with " +
+                      std::to_string(layout) +
+                      ": one pod's containers must load one release's libquanta.so",
+                  unplaced_action(proc.registered, &pod.policy));
+  }
+  proc.connected = true;
   out.admitted = true;
   out.pod_index = proc.pod_index;
   out.proc_index = proc.proc_index;
@@ -576,6 +634,17 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
       out.action = action;
       return out;
     }
+    if (pod.region.layout() == common::layout2::kVersion) {
+      try {
+        open_region2(*gpu);
+      } catch (const RegionError& e) {
+        out.reason = "no control region of shared-memory layout 2 on GPU " + gpu->uuid + ": " +
+                     e.what();
+        out.action = action;
+        return out;
+      }
+      gpu->layout2_slots.set(slot);
+    }
     proc.slots[gpu->index] = slot;
     gpu->slot_pids[slot] = proc.pid;
     index_channels(*gpu);
@@ -595,8 +664,12 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   out.attached = true;
   out.gpu_index = gpu->index;
   out.slot = slot;
-  out.owner = owner_of(proc, gpu->index);
-  out.control_fd = gpu->region.tenant_fd();
+  if (gpu->layout2_slots.test(slot)) {
+    out.control_fd = gpu->region2.tenant_fd();  // its slot names it: no owner word in layout 2
+  } else {
+    out.owner = owner_of(proc, gpu->index);
+    out.control_fd = gpu->region.tenant_fd();
+  }
   out.memory_cap = pod.policy.memory_limit;
   return out;
 }
@@ -613,9 +686,11 @@ void Arbiter::rang(pid_t pid) {
 void Arbiter::heartbeat() {
   const uint64_t now = monotonic_ns();
   for (auto& gpu : gpus_) {
-    gpu->region->header.lease_ns.store(config_.scheduler.lease_ns);
-    gpu->region->header.idle_release_ns.store(config_.scheduler.idle_release_ns);
-    gpu->region->header.heartbeat_ns.store(now);
+    gpu->each_header([&](common::ControlHeader& h) {
+      h.lease_ns.store(config_.scheduler.lease_ns);
+      h.idle_release_ns.store(config_.scheduler.idle_release_ns);
+      h.heartbeat_ns.store(now);
+    });
     gpu->dirty = true;  // also catches wants of re-adopted tenants that have no doorbell yet
   }
   // Files an operator's cleanup (or a root tenant that reaches the socket's folder) may
@@ -652,16 +727,15 @@ uint64_t last_launch(const Gpu& gpu, const common::GateChannel& ch, uint64_t now
 
 // Whether the tenant in `slot` published the release of its current turn, or ended the odd
 // turn it holds by releasing the next one ahead of the revoke (kAttachEndsOwnQuantum).
-bool released_turn(const common::ControlRegion& region, SlotId slot,
-                   const common::GateChannel& ch) {
+bool released_turn(const Gpu& gpu, SlotId slot, const common::GateChannel& ch) {
   const uint32_t released = ch.released_turn.load(std::memory_order_acquire);
-  const uint32_t turn = region.slots[slot].turn.load(std::memory_order_acquire);
+  const uint32_t turn = gpu.words(slot).turn.load(std::memory_order_acquire);
   return released == turn || ((turn & 1u) != 0 && released == turn + 1);
 }
 
 // Whether the holder in `slot` ended its odd turn itself (released the next one ahead).
-bool ended_ahead(const common::ControlRegion& region, SlotId slot, const common::GateChannel& ch) {
-  const uint32_t turn = region.slots[slot].turn.load(std::memory_order_acquire);
+bool ended_ahead(const Gpu& gpu, SlotId slot, const common::GateChannel& ch) {
+  const uint32_t turn = gpu.words(slot).turn.load(std::memory_order_acquire);
   return (turn & 1u) != 0 && ch.released_turn.load(std::memory_order_acquire) == turn + 1;
 }
 
@@ -696,7 +770,7 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
   const common::GateChannel* found = channel_of(gpu, *holder);
   if (found == nullptr) return false;
   const common::GateChannel& ch = *found;
-  if (released_turn(*gpu.region.get(), *holder, ch)) return false;  // a decision is due
+  if (released_turn(gpu, *holder, ch)) return false;  // a decision is due
   const uint64_t now = monotonic_ns();
   if (!gpu.sched->postpone_idle_check(last_launch(gpu, ch, now),
                                       ch.inflight_ns.load(std::memory_order_relaxed), now))
@@ -708,10 +782,15 @@ bool Arbiter::look_at_holder(Gpu& gpu) {
 }
 
 const common::GateChannel* Arbiter::channel_of(const Gpu& gpu, SlotId slot) {
+  const Gpu::SlotChannel* found = slot_channel(gpu, slot);
+  return found == nullptr ? nullptr : found->channel;
+}
+
+const Gpu::SlotChannel* Arbiter::slot_channel(const Gpu& gpu, SlotId slot) {
   const auto found = std::lower_bound(
       gpu.channels.begin(), gpu.channels.end(), slot,
       [](const Gpu::SlotChannel& entry, SlotId wanted) { return entry.slot < wanted; });
-  return found == gpu.channels.end() || found->slot != slot ? nullptr : found->channel;
+  return found == gpu.channels.end() || found->slot != slot ? nullptr : &*found;
 }
 
 void Arbiter::index_channels(Gpu& gpu) {
@@ -719,16 +798,15 @@ void Arbiter::index_channels(Gpu& gpu) {
   for (const auto& [slot, pid] : gpu.slot_pids) {
     const Process& proc = processes_.at(pid);
     Pod* pod = pods_.find(proc.pod_index);
-    gpu.channels.push_back({slot, &channel(proc, gpu.index),
-                            &pod->region->procs[proc.proc_index].limits[gpu.index]});
+    if (gpu.layout2_slots.test(slot)) {
+      common::layout2::ControlSlot& cs = gpu.region2->slots[slot];
+      gpu.channels.push_back({slot, &channel(proc, gpu.index), &cs.quantum_ns, &cs.inflight_limit_ns});
+    } else {
+      common::GateLimits* limits = pod->region.limits(proc.proc_index, gpu.index);
+      gpu.channels.push_back(
+          {slot, &channel(proc, gpu.index), &limits->quantum_ns, &limits->inflight_limit_ns});
+    }
   }
-}
-
-common::GateLimits* Arbiter::limits_of(const Gpu& gpu, SlotId slot) {
-  const auto found = std::lower_bound(
-      gpu.channels.begin(), gpu.channels.end(), slot,
-      [](const Gpu::SlotChannel& entry, SlotId wanted) { return entry.slot < wanted; });
-  return found == gpu.channels.end() || found->slot != slot ? nullptr : found->limits;
 }
 
 uint32_t Arbiter::owner_of(const Process& proc, uint32_t gpu_index) const {
@@ -737,27 +815,26 @@ uint32_t Arbiter::owner_of(const Process& proc, uint32_t gpu_index) const {
 
 common::GateChannel& Arbiter::channel(const Process& proc, uint32_t gpu_index) {
   Pod* pod = pods_.find(proc.pod_index);
-  return pod->region->procs[proc.proc_index].gpus[gpu_index];
+  return pod->region.channel(proc.proc_index, gpu_index);
 }
 
 void Arbiter::sync_and_decide(Gpu& gpu) {
   gpu.dirty = false;
   ++gpu.passes;
   const uint64_t now = monotonic_ns();
-  common::ControlRegion& region = *gpu.region.get();
   Scheduler& sched = *gpu.sched;
-  for (const auto& [slot, channel, limits] : gpu.channels) {
+  for (const auto& [slot, channel, quantum_ns, inflight_limit_ns] : gpu.channels) {
     common::GateChannel& ch = *channel;
     if (sched.set_want(slot, ch.want.load(std::memory_order_acquire) != 0, now)) {
       spdlog::debug("gpu {} slot {} wants the GPU", gpu.index, slot);
     }
     sched.set_activity(slot, last_launch(gpu, ch, now),
                        ch.inflight_ns.load(std::memory_order_relaxed), now);
-    if (released_turn(region, slot, ch)) {
+    if (released_turn(gpu, slot, ch)) {
       TenantState st = sched.state(slot);
       if (st == TenantState::kHolding || st == TenantState::kRevoking ||
           st == TenantState::kPassedOver) {
-        if (st == TenantState::kHolding && ended_ahead(region, slot, ch)) ++gpu.ended_by_holder;
+        if (st == TenantState::kHolding && ended_ahead(gpu, slot, ch)) ++gpu.ended_by_holder;
         const uint64_t own_end = sched.self_end_ns();
         if (st == TenantState::kHolding && sched.holder() == slot && own_end != 0 && own_end < now)
           gpu.accounting.drained_own_quantum(slot, own_end);
@@ -770,18 +847,20 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
   apply(gpu, sched.decide(now));
   // One walk over the scheduler's tenants: a lookup per slot made each pass quadratic.
   sched.for_each_limit(now, [&](SlotId slot, uint64_t limit, uint64_t quantum) {
-    common::GateLimits* limits = limits_of(gpu, slot);
+    const Gpu::SlotChannel* limits = slot_channel(gpu, slot);
     if (limits == nullptr) return;
-    if (limits->inflight_limit_ns.load(std::memory_order_relaxed) != limit)
-      limits->inflight_limit_ns.store(limit);
-    if (limits->quantum_ns.load(std::memory_order_relaxed) != quantum)
-      limits->quantum_ns.store(quantum);
+    if (limits->inflight_limit_ns->load(std::memory_order_relaxed) != limit)
+      limits->inflight_limit_ns->store(limit);
+    if (limits->quantum_ns->load(std::memory_order_relaxed) != quantum)
+      limits->quantum_ns->store(quantum);
   });
   auto holder = sched.holder();
   bool holding = holder && sched.state(*holder) == TenantState::kHolding;
-  region.header.holder.store(holding ? *holder : common::kNoSlot, std::memory_order_release);
   const uint32_t waiting = sched.waiting_count();
-  region.header.waiters.store(waiting, std::memory_order_relaxed);
+  gpu.each_header([&](common::ControlHeader& h) {
+    h.holder.store(holding ? *holder : common::kNoSlot, std::memory_order_release);
+    h.waiters.store(waiting, std::memory_order_relaxed);
+  });
   if (waiting == 0) {
     gpu.waiters_visible_ns = 0;
   } else if (gpu.waiters_visible_ns == 0) {
@@ -796,30 +875,28 @@ void Arbiter::sync_and_decide(Gpu& gpu) {
 // The holder's own end of its quantum (kAttachEndsOwnQuantum), in its control slot; any
 // other slot's is cleared. Grants and revokes clear the slot's word before the turn moves.
 void Arbiter::publish_end(Gpu& gpu) {
-  common::ControlRegion& region = *gpu.region.get();
   const uint64_t end = gpu.sched->self_end_ns();
   const auto holder = gpu.sched->holder();
   const uint32_t slot = end != 0 && holder ? *holder : common::kNoSlot;
   if (gpu.end_published != common::kNoSlot && gpu.end_published != slot)
-    region.slots[gpu.end_published].end_at_ns.store(0, std::memory_order_relaxed);
-  if (slot != common::kNoSlot && region.slots[slot].end_at_ns.load(std::memory_order_relaxed) != end)
-    region.slots[slot].end_at_ns.store(end, std::memory_order_release);
+    gpu.words(gpu.end_published).end_at_ns.store(0, std::memory_order_relaxed);
+  if (slot != common::kNoSlot && gpu.words(slot).end_at_ns.load(std::memory_order_relaxed) != end)
+    gpu.words(slot).end_at_ns.store(end, std::memory_order_release);
   gpu.end_published = slot;
 }
 
 void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
-  common::ControlRegion& region = *gpu.region.get();
   for (const Action& a : actions) {
-    common::ControlSlot& slot = region.slots[a.slot];
+    const SlotWords slot = gpu.words(a.slot);
     switch (a.kind) {
       case Action::Kind::kGrant:
         spdlog::debug("gpu {} grant slot {} (quantum {} us)", gpu.index, a.slot,
                       gpu.sched->quantum_for(a.slot) / 1000);
         if ((slot.turn.load() & 1u) == 0) {
           const uint64_t quantum = gpu.sched->quantum_for(a.slot);
-          if (common::GateLimits* limits = limits_of(gpu, a.slot))
-            limits->quantum_ns.store(quantum, std::memory_order_relaxed);
-          region.header.holder.store(a.slot, std::memory_order_relaxed);
+          if (const Gpu::SlotChannel* limits = slot_channel(gpu, a.slot))
+            limits->quantum_ns->store(quantum, std::memory_order_relaxed);
+          gpu.each_header([&](common::ControlHeader& h) { h.holder.store(a.slot, std::memory_order_relaxed); });
           ++gpu.grants;
           if (gpu.last_granted != common::kNoSlot && gpu.last_granted != a.slot) ++gpu.switches;
           gpu.last_granted = a.slot;
@@ -835,7 +912,7 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
         if (slot.turn.load() & 1u) {
           const common::GateChannel* ch = channel_of(gpu, a.slot);
           DTRACE_PROBE3(quanta, revoke, gpu.index, a.slot, monotonic_ns());
-          bump_turn(slot, ch == nullptr || !ended_ahead(region, a.slot, *ch));
+          bump_turn(slot, ch == nullptr || !ended_ahead(gpu, a.slot, *ch));
         }
         gpu.accounting.revoked(a.slot, monotonic_ns());
         break;
@@ -875,7 +952,7 @@ void Arbiter::on_death(pid_t pid) {
   if (pod != nullptr) {
     key = pod->key;
     for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
-      returned += pod->region->procs[proc.proc_index].gpus[g].memory_used.load();
+      returned += pod->region.channel(proc.proc_index, g).memory_used.load();
     }
     reclaim_memory(*pod, proc.proc_index);
     pod->entries.reset(proc.proc_index);
@@ -896,41 +973,84 @@ void Arbiter::on_death(pid_t pid) {
 }
 
 void Arbiter::free_slot(Gpu& gpu, SlotId slot) {
-  common::ControlSlot& cs = gpu.region->slots[slot];
   DTRACE_PROBE2(quanta, slot_freed, gpu.index, slot);  // its process exited
-  if (cs.turn.load() & 1u) bump_turn(cs);
-  cs.owner.store(0, std::memory_order_release);
-  if (common::GateLimits* limits = limits_of(gpu, slot))
-    limits->slot.store(common::kNoSlot, std::memory_order_relaxed);
+  const SlotWords words = gpu.words(slot);
+  if (words.turn.load() & 1u) bump_turn(words);
+  if (gpu.layout2_slots.test(slot)) {
+    gpu.region2->slots[slot].pid.store(0, std::memory_order_release);
+  } else {
+    gpu.region->slots[slot].owner.store(0, std::memory_order_release);
+    const pid_t pid = gpu.slot_pids.count(slot) != 0 ? gpu.slot_pids.at(slot) : 0;
+    auto proc = processes_.find(pid);
+    Pod* pod = proc != processes_.end() ? pods_.find(proc->second.pod_index) : nullptr;
+    if (pod != nullptr) {
+      if (common::GateLimits* limits = pod->region.limits(proc->second.proc_index, gpu.index))
+        limits->slot.store(common::kNoSlot, std::memory_order_relaxed);
+    }
+  }
+  gpu.layout2_slots.reset(slot);
   gpu.slot_pids.erase(slot);
   index_channels(gpu);
-  if (gpu.region->header.holder.load() == slot) gpu.region->header.holder.store(common::kNoSlot);
+  gpu.each_header([&](common::ControlHeader& h) {
+    if (h.holder.load() == slot) h.holder.store(common::kNoSlot);
+  });
+}
+
+void Arbiter::open_region2(Gpu& gpu) {
+  if (gpu.region2) return;
+  gpu.region2 = ControlRegion2Map::create(control_region_name(config_.scope, gpu.index));
+  const common::ControlHeader& from = gpu.region->header;
+  common::ControlHeader& h = gpu.region2->header;
+  h.gpu_index = from.gpu_index;
+  std::memcpy(h.uuid, from.uuid, sizeof(h.uuid));
+  h.arbiter_generation.store(from.arbiter_generation.load());
+  h.lease_ns.store(from.lease_ns.load());
+  h.idle_release_ns.store(from.idle_release_ns.load());
+  h.holder.store(from.holder.load());
+  h.waiters.store(from.waiters.load());
+  h.heartbeat_ns.store(from.heartbeat_ns.load());
+  spdlog::info("GPU {} {} serves processes of shared-memory layout 2 (pods started under the "
+               "previous release) from a control region of their own",
+               gpu.index, gpu.uuid);
+  record_node();
 }
 
 void Arbiter::reclaim_memory(Pod& pod, uint32_t proc_index) {
-  common::PodRegion& region = *pod.region.get();
-  common::ProcEntry& entry = region.procs[proc_index];
   for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
-    common::GateChannel& ch = entry.gpus[g];
+    common::GateChannel& ch = pod.region.channel(proc_index, g);
     uint64_t used = ch.memory_used.exchange(0);
     if (used != 0) {
-      uint64_t cur = region.memory_used[g].load();
-      while (!region.memory_used[g].compare_exchange_weak(cur, cur > used ? cur - used : 0)) {
+      std::atomic<uint64_t>& ledger = pod.region.memory_used(g);
+      uint64_t cur = ledger.load();
+      while (!ledger.compare_exchange_weak(cur, cur > used ? cur - used : 0)) {
       }
     }
     ch.want.store(0);
     ch.inflight_ns.store(0);
   }
-  entry.pid.store(0, std::memory_order_release);
+  pod.region.pid(proc_index).store(0, std::memory_order_release);
 }
 
 void Arbiter::fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod) {
-  common::ControlSlot& cs = gpu.region->slots[slot];
-  common::GateLimits& limits = pod.region->procs[proc.proc_index].limits[gpu.index];
   const uint64_t quantum = gpu.sched->quantum_for(slot);
   auto denied = pod.denied_caps.find(gpu.index);
-  pod.region->memory_cap[gpu.index].store(denied != pod.denied_caps.end() ? denied->second
-                                                                          : pod.policy.memory_limit);
+  const uint64_t cap = denied != pod.denied_caps.end() ? denied->second : pod.policy.memory_limit;
+  if (gpu.layout2_slots.test(slot)) {
+    // Layout 2: the slot names its process and carries the pod's cap and limits.
+    common::layout2::ControlSlot& cs = gpu.region2->slots[slot];
+    cs.memory_cap.store(cap);
+    cs.quantum_ns.store(quantum);
+    cs.inflight_limit_ns.store(quantum);
+    cs.priority.store(static_cast<uint32_t>(pod.policy.priority));
+    cs.pod_index.store(proc.pod_index);
+    cs.proc_index.store(proc.proc_index);
+    cs.end_at_ns.store(0);
+    cs.pid.store(static_cast<uint32_t>(proc.pid), std::memory_order_release);
+    return;
+  }
+  common::ControlSlot& cs = gpu.region->slots[slot];
+  common::GateLimits& limits = *pod.region.limits(proc.proc_index, gpu.index);
+  pod.region.memory_cap(gpu.index)->store(cap);
   limits.quantum_ns.store(quantum);
   limits.inflight_limit_ns.store(quantum);
   limits.slot.store(slot);

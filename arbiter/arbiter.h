@@ -9,6 +9,8 @@
 
 #include <sys/types.h>
 
+#include <atomic>
+#include <bitset>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -43,11 +45,37 @@ struct UnmanagedProcess {
   std::string command;  // /proc/<pid>/comm
 };
 
+// The two words of a control slot the gate protocol moves (ControlSlot::turn and end_at_ns),
+// in whichever control region of its GPU the slot's process maps.
+struct SlotWords {
+  std::atomic<uint32_t>& turn;
+  std::atomic<uint64_t>& end_at_ns;
+};
+
 struct Gpu {
   uint32_t index = 0;
   GpuInfo info;
   std::string uuid;
   ControlRegionMap region;
+  // Processes whose shims map shared-memory layout 2 (pods of the previous release) get
+  // their slots in this region instead, made when the first of them attaches here; no
+  // layout-3 process maps it. Slot numbers are one space over both regions.
+  ControlRegion2Map region2;
+  std::bitset<common::kMaxSlotsPerGpu> layout2_slots;  // slots that live in region2
+  SlotWords words(SlotId slot) const {
+    if (layout2_slots.test(slot)) {
+      auto& s = region2->slots[slot];
+      return {s.turn, s.end_at_ns};
+    }
+    auto& s = region->slots[slot];
+    return {s.turn, s.end_at_ns};
+  }
+  // Every control header of the GPU (both regions' carry the same words).
+  template <typename F>
+  void each_header(F&& f) const {
+    f(region->header);
+    if (region2) f(region2->header);
+  }
   std::unique_ptr<Scheduler> sched;
   // The scheduler's next deadline (CLOCK_MONOTONIC ns; 0: none): the event loop's wait ends
   // there, and after_events sees it fall due.
@@ -62,7 +90,10 @@ struct Gpu {
   struct SlotChannel {
     SlotId slot;
     common::GateChannel* channel;  // the process's, in its pod region
-    common::GateLimits* limits;    // what the arbiter sets for it, in the same region
+    // What the arbiter sets for it: in the same region (layout 3) or in its control slot
+    // (layout 2).
+    std::atomic<uint64_t>* quantum_ns;
+    std::atomic<uint64_t>* inflight_limit_ns;
   };
   std::vector<SlotChannel> channels;
   bool dirty = true;                  // needs a sync from shared memory and a decision
@@ -122,7 +153,7 @@ class Arbiter final : public TenantApi, public AdminApi {
 
   // TenantApi.
   Admission admit(const PeerIdentity& peer, const std::string& cgroup,
-                  const std::string& claimed_pod) override;
+                  const std::string& claimed_pod, uint32_t layout) override;
   Attachment attach(pid_t pid, const TenantMessage& request) override;
   void refused(const std::string& reason) override { note_refusal(reason); }
   void rang(pid_t pid) override;
@@ -151,10 +182,12 @@ class Arbiter final : public TenantApi, public AdminApi {
   void publish_end(Gpu& gpu);
   void on_death(pid_t pid);
   void free_slot(Gpu& gpu, SlotId slot);
+  // Makes the GPU's layout-2 control region (Gpu::region2) if it has none yet.
+  void open_region2(Gpu& gpu);
   void index_channels(Gpu& gpu);
   // The gate channel of `slot` on `gpu` (nullptr when the slot is not admitted there).
   static const common::GateChannel* channel_of(const Gpu& gpu, SlotId slot);
-  static common::GateLimits* limits_of(const Gpu& gpu, SlotId slot);
+  static const Gpu::SlotChannel* slot_channel(const Gpu& gpu, SlotId slot);
   uint32_t owner_of(const Process& proc, uint32_t gpu_index) const;
   void reclaim_memory(Pod& pod, uint32_t proc_index);
   void apply_policy(Pod& pod);

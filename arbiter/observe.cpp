@@ -101,7 +101,9 @@ const char* refusal_reason(const std::string& text) {
   if (text.find("could not be watched") != std::string::npos) return "pidfd";
   if (text.find("no region for pod") != std::string::npos) return "region";
   if (text.find("processes on the GPUs, the most") != std::string::npos) return "pod-full";
-  if (text.find("speaks tenant protocol") != std::string::npos) return "version";
+  if (text.find("speaks tenant protocol") != std::string::npos ||
+      text.find("must load one release's libquanta.so") != std::string::npos)
+    return "version";
   return "other";
 }
 
@@ -279,8 +281,8 @@ std::shared_ptr<const NodeFigures> Arbiter::take_figures(uint64_t now) {
       if (Pod* reg = pods_.find_key(acc.key)) {
         p.policy = reg->policy;
         p.min_share = reg->policy.min_share_ppm / static_cast<double>(common::kShareScale);
-        p.memory_used = reg->region->memory_used[gpu.index].load(std::memory_order_relaxed);
-        p.alloc_denied = reg->region->alloc_denied[gpu.index].load(std::memory_order_relaxed);
+        p.memory_used = reg->region.memory_used(gpu.index).load(std::memory_order_relaxed);
+        p.alloc_denied = reg->region.alloc_denied(gpu.index).load(std::memory_order_relaxed);
       }
       p.target_share = targets.count(acc.key) ? targets[acc.key] : 0;
       p.wait_p99_ns = wait_p99.count(acc.key) ? wait_p99[acc.key] : 0;
@@ -563,8 +565,8 @@ json Arbiter::explain_json(const AdminRequest& request) {
       g["memory_limit"] = policy->memory_limit;
     }
     if (const Pod* reg = pods_.find_key(key)) {
-      g["memory_used"] = reg->region->memory_used[gpu.index].load(std::memory_order_relaxed);
-      g["alloc_denied"] = reg->region->alloc_denied[gpu.index].load(std::memory_order_relaxed);
+      g["memory_used"] = reg->region.memory_used(gpu.index).load(std::memory_order_relaxed);
+      g["alloc_denied"] = reg->region.alloc_denied(gpu.index).load(std::memory_order_relaxed);
     }
     out_gpus.push_back(g);
   }

@@ -500,7 +500,7 @@ common::Policy PodRegistry::resolve_policy(const std::string& pod_key) const {
 }
 
 Pod& PodRegistry::get_or_create(const std::string& key, bool registered,
-                                const std::string& claimed_from) {
+                                const std::string& claimed_from, uint32_t layout) {
   if (Pod* p = find_key(key)) return *p;
   if (pods_.size() >= kMaxPods) {
     throw std::runtime_error("this node already has " + std::to_string(kMaxPods) +
@@ -530,10 +530,10 @@ Pod& PodRegistry::get_or_create(const std::string& key, bool registered,
   pod.registered = registered;
   pod.claimed_from = registered ? "" : claimed_from;
   pod.policy = resolve_policy(key);
-  pod.region = PodRegionMap::create(pod_region_name(config_.scope, index));
+  pod.region = PodRegionMap::create(pod_region_name(config_.scope, index), layout);
   pod.recovery_tag = random_tag();
-  std::strncpy(pod.region->header.pod_key, key.c_str(), common::kPodKeyLen - 1);
-  pod.region->header.recovery_tag = pod.recovery_tag;
+  std::strncpy(pod.region.header().pod_key, key.c_str(), common::kPodKeyLen - 1);
+  pod.region.header().recovery_tag = pod.recovery_tag;
   Pod& out = pods_[index] = std::move(pod);
   save_state();
   return out;
@@ -549,8 +549,8 @@ Pod& PodRegistry::adopt(uint32_t index, UniqueFd fd, const SavedPod& saved) {
   if (pod.region.inode() != saved.inode)
     throw RegionError("pod region " + std::to_string(index) + " is not the file recorded for it");
   // The header's key is tenant-writable: the state file's record is the truth.
-  std::strncpy(pod.region->header.pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
-  pod.region->header.pod_key[common::kPodKeyLen - 1] = '\0';
+  std::strncpy(pod.region.header().pod_key, pod.key.c_str(), common::kPodKeyLen - 1);
+  pod.region.header().pod_key[common::kPodKeyLen - 1] = '\0';
   for (const auto& [id, r] : registrations_)
     pod.registered = pod.registered || r.pod_key() == pod.key;
   // A re-adopted claimed pod still counts against its claimer's bound, so a restart never

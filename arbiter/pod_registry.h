@@ -127,10 +127,12 @@ class PodRegistry {
   uint64_t promised_minimum_ppm(const std::string& uuid) const;
 
   // Pods with regions.
-  // The pod named `key`, its region created if it has none. `claimed_from` is the
-  // claimer's cgroup for a pod no registration names ("" for registered pods). Throws
-  // RegionError, or std::runtime_error when a bound is reached.
-  Pod& get_or_create(const std::string& key, bool registered, const std::string& claimed_from);
+  // The pod named `key`, its region created in shared-memory `layout` if it has none (one it
+  // has keeps its own layout: the caller compares). `claimed_from` is the claimer's cgroup
+  // for a pod no registration names ("" for registered pods). Throws RegionError, or
+  // std::runtime_error when a bound is reached.
+  Pod& get_or_create(const std::string& key, bool registered, const std::string& claimed_from,
+                     uint32_t layout = common::kLayoutVersion);
   // Takes a region a previous arbiter left, found through a tenant's mapping; throws
   // RegionError when it is not the one recorded (seals, size, header, tag). Never refused
   // by the bounds (its processes run on), but it counts against them, its claimer's too.

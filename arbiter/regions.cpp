@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/shm_layout_2.h"
 #include "common/version.h"
 #include "hosted/errno_text.h"
 
@@ -16,32 +17,52 @@ namespace quanta::arbiter {
 namespace {
 
 template <typename T>
-constexpr uint32_t magic_of() {
-  if constexpr (std::is_same_v<T, common::ControlRegion>) {
-    return common::kControlMagic;
+constexpr bool kIsControl = std::is_same_v<T, common::ControlRegion> ||
+                            std::is_same_v<T, common::layout2::ControlRegion>;
+
+template <typename T>
+constexpr uint32_t layout_of() {
+  if constexpr (std::is_same_v<T, common::ControlRegion> || std::is_same_v<T, common::PodRegion>) {
+    return common::kLayoutVersion;
   } else {
-    return common::kPodMagic;
+    return common::layout2::kVersion;
   }
 }
 
-std::string check_common(const void* bytes, size_t size, size_t expected, uint32_t magic,
-                         const char* kind) {
-  if (bytes == nullptr || size < expected) {
-    return std::string(kind) + " region has " + std::to_string(size) + " bytes, the layout needs " +
-           std::to_string(expected);
+// The bytes a region of `kind` has in `layout` (an accepted one).
+size_t size_in_layout(bool control, uint32_t layout) {
+  if (control) {
+    return layout == common::layout2::kVersion ? sizeof(common::layout2::ControlRegion)
+                                               : sizeof(common::ControlRegion);
   }
+  return layout == common::layout2::kVersion ? sizeof(common::layout2::PodRegion)
+                                             : sizeof(common::PodRegion);
+}
+
+std::string check_common(const void* bytes, size_t size, bool control) {
+  const char* kind = control ? "control" : "pod";
   uint32_t head[3];
+  if (bytes == nullptr || size < sizeof(head)) {
+    return std::string(kind) + " region has " + std::to_string(size) +
+           " bytes, fewer than its header";
+  }
   std::memcpy(head, bytes, sizeof(head));
-  if (head[0] != magic) return std::string(kind) + " region has a foreign magic";
+  if (head[0] != (control ? common::kControlMagic : common::kPodMagic))
+    return std::string(kind) + " region has a foreign magic";
   if (!common::kSharedMemoryLayout.accepts(head[1])) {
     return std::string(kind) + " region has shared-memory layout " + std::to_string(head[1]) +
            "; this arbiter (release " + common::release() + ") speaks " +
            std::to_string(common::kSharedMemoryLayout.speaks) + " and accepts " +
            common::accepted_range(common::kSharedMemoryLayout);
   }
+  const size_t expected = size_in_layout(control, head[1]);
+  if (size < expected) {
+    return std::string(kind) + " region has " + std::to_string(size) + " bytes, layout " +
+           std::to_string(head[1]) + " needs " + std::to_string(expected);
+  }
   if (head[2] != expected) {
     return std::string(kind) + " region says it has " + std::to_string(head[2]) +
-           " bytes, the layout has " + std::to_string(expected);
+           " bytes, layout " + std::to_string(head[1]) + " has " + std::to_string(expected);
   }
   return "";
 }
@@ -57,11 +78,11 @@ std::string pod_region_name(const std::string& scope, uint32_t pod_index) {
 }
 
 std::string check_control_header(const void* bytes, size_t size) {
-  return check_common(bytes, size, sizeof(common::ControlRegion), common::kControlMagic, "control");
+  return check_common(bytes, size, true);
 }
 
 std::string check_pod_header(const void* bytes, size_t size, uint64_t recovery_tag) {
-  std::string err = check_common(bytes, size, sizeof(common::PodRegion), common::kPodMagic, "pod");
+  std::string err = check_common(bytes, size, false);
   if (!err.empty()) return err;
   common::PodHeader header;
   std::memcpy(static_cast<void*>(&header), bytes, sizeof(header));
@@ -101,7 +122,7 @@ Region<T>::~Region() {
 
 template <typename T>
 Region<T> Region<T>::create(const std::string& name) {
-  constexpr bool kControl = std::is_same_v<T, common::ControlRegion>;
+  constexpr bool kControl = kIsControl<T>;
   Region r;
   r.name_ = name;
   r.fd_.reset(memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -112,8 +133,8 @@ Region<T> Region<T>::create(const std::string& name) {
   if (p == MAP_FAILED) throw RegionError("mapping region " + name + ": " + hosted::errno_text(errno));
   r.map_ = p;
   auto& header = r.get()->header;
-  header.magic = magic_of<T>();
-  header.version = common::kLayoutVersion;
+  header.magic = kControl ? common::kControlMagic : common::kPodMagic;
+  header.version = layout_of<T>();
   header.size = static_cast<uint32_t>(sizeof(T));
   // The arbiter's mapping exists now; sealing FUTURE_WRITE keeps it writable and makes
   // every later writable mapping, write(2) and hole punch fail, whoever asks.
@@ -133,7 +154,7 @@ template <typename T>
 Region<T> Region<T>::adopt(UniqueFd fd, const std::string& name, uint64_t recovery_tag) {
   // Control regions are never written again once their arbiter is gone (their seals forbid
   // it): a restarted arbiter makes new ones, so only pod regions come back here.
-  if constexpr (!std::is_same_v<T, common::PodRegion>) {
+  if constexpr (kIsControl<T>) {
     (void)recovery_tag;
     throw RegionError("control region " + name + " cannot be re-adopted for writing");
   }
@@ -155,12 +176,42 @@ Region<T> Region<T>::adopt(UniqueFd fd, const std::string& name, uint64_t recove
   r.map_ = p;
   r.inode_ = static_cast<uint64_t>(st.st_ino);
   std::string err = check_pod_header(p, sizeof(T), recovery_tag);
+  if (err.empty() && r.get()->header.version != layout_of<T>())
+    err = "pod region " + name + " is not of layout " + std::to_string(layout_of<T>());
   if (!err.empty()) throw RegionError(err);
   return r;
 }
 
 template class Region<common::ControlRegion>;
 template class Region<common::PodRegion>;
+template class Region<common::layout2::ControlRegion>;
+template class Region<common::layout2::PodRegion>;
+
+PodRegionMap PodRegionMap::create(const std::string& name, uint32_t layout) {
+  PodRegionMap r;
+  if (layout == common::layout2::kVersion) {
+    r.v2_ = Region<common::layout2::PodRegion>::create(name);
+  } else if (layout == common::kLayoutVersion) {
+    r.v3_ = Region<common::PodRegion>::create(name);
+  } else {
+    throw RegionError("no pod region of shared-memory layout " + std::to_string(layout) +
+                      ": this arbiter accepts " + common::accepted_range(common::kSharedMemoryLayout));
+  }
+  return r;
+}
+
+PodRegionMap PodRegionMap::adopt(UniqueFd fd, const std::string& name, uint64_t recovery_tag) {
+  uint32_t head[3] = {0, 0, 0};
+  if (pread(fd.get(), head, sizeof(head), 0) != static_cast<ssize_t>(sizeof(head)))
+    throw RegionError("region " + name + " has no header to read");
+  PodRegionMap r;
+  if (head[1] == common::layout2::kVersion) {
+    r.v2_ = Region<common::layout2::PodRegion>::adopt(std::move(fd), name, recovery_tag);
+  } else {
+    r.v3_ = Region<common::PodRegion>::adopt(std::move(fd), name, recovery_tag);
+  }
+  return r;
+}
 
 ControlSnapshot::ControlSnapshot(const UniqueFd& fd, std::string* why) {
   // Only a region nobody can shrink is read: a truncated file would fault the reader.
@@ -185,12 +236,14 @@ ControlSnapshot::ControlSnapshot(const UniqueFd& fd, std::string* why) {
     return;
   }
   map_ = static_cast<const common::ControlRegion*>(p);
+  layout_ = map_->header.version;
 }
 
 ControlSnapshot& ControlSnapshot::operator=(ControlSnapshot&& other) noexcept {
   if (this != &other) {
     if (map_ != nullptr) munmap(const_cast<common::ControlRegion*>(map_), sizeof(*map_));
     map_ = other.map_;
+    layout_ = other.layout_;
     other.map_ = nullptr;
   }
   return *this;

@@ -1,5 +1,6 @@
 // The shared-memory regions the arbiter owns (common/shm_layout.h): one control region per
-// GPU and one pod region per pod. Each is a sealed memfd, never a file anyone can open by
+// GPU and one pod region per pod, and for the pods of the previous release's shims, regions
+// of its layout (common/shm_layout_2.h): a second control region per GPU where they run. Each is a sealed memfd, never a file anyone can open by
 // name: nobody can resize one (F_SEAL_SHRINK|F_SEAL_GROW), the seals are final
 // (F_SEAL_SEAL), and a control region can be written only through the mapping the arbiter
 // made before sealing it (F_SEAL_FUTURE_WRITE), so a tenant that is root in its container
@@ -15,6 +16,7 @@
 
 #include "arbiter/event_loop.h"
 #include "common/shm_layout.h"
+#include "common/shm_layout_2.h"
 
 namespace quanta::arbiter {
 
@@ -32,8 +34,9 @@ constexpr int kRegionSeals = 0x0001 /* SEAL */ | 0x0002 /* SHRINK */ | 0x0004 /*
 constexpr int kControlSeals = kRegionSeals | 0x0010 /* FUTURE_WRITE */;
 
 // Checks what a previous arbiter's region says about itself before anything trusts it:
-// size, magic, layout version and header size; for a pod region also the recovery tag
-// the state file recorded. "" or one line saying what is wrong. Pure (fuzzed).
+// size, magic, layout version (one this arbiter accepts) and the size of that layout; for a
+// pod region also the recovery tag the state file recorded. "" or one line saying what is
+// wrong. Pure (fuzzed).
 std::string check_control_header(const void* bytes, size_t size);
 std::string check_pod_header(const void* bytes, size_t size, uint64_t recovery_tag);
 
@@ -71,7 +74,48 @@ class Region {
 };
 
 using ControlRegionMap = Region<common::ControlRegion>;
-using PodRegionMap = Region<common::PodRegion>;
+using ControlRegion2Map = Region<common::layout2::ControlRegion>;
+
+// A pod's region in the layout its processes' shims map: 3, or 2 for a pod of the previous
+// release. Everything the arbiter reads or writes in a pod region goes through here.
+class PodRegionMap {
+ public:
+  // A new region of `layout` (an accepted one). Throws RegionError.
+  static PodRegionMap create(const std::string& name, uint32_t layout);
+  // A previous arbiter's region, in whichever accepted layout its header says (Region::adopt).
+  static PodRegionMap adopt(UniqueFd fd, const std::string& name, uint64_t recovery_tag);
+
+  explicit operator bool() const { return v3_ || v2_; }
+  uint32_t layout() const { return v2_ ? common::layout2::kVersion : common::kLayoutVersion; }
+  const std::string& name() const { return v2_ ? v2_.name() : v3_.name(); }
+  uint64_t inode() const { return v2_ ? v2_.inode() : v3_.inode(); }
+  int tenant_fd() const { return v2_ ? v2_.tenant_fd() : v3_.tenant_fd(); }
+
+  common::PodHeader& header() const { return v2_ ? v2_->header : v3_->header; }
+  std::atomic<uint64_t>& memory_used(uint32_t gpu) const {
+    return v2_ ? v2_->memory_used[gpu] : v3_->memory_used[gpu];
+  }
+  std::atomic<uint64_t>& alloc_denied(uint32_t gpu) const {
+    return v2_ ? v2_->alloc_denied[gpu] : v3_->alloc_denied[gpu];
+  }
+  std::atomic<uint32_t>& pid(uint32_t entry) const {
+    return v2_ ? v2_->procs[entry].pid : v3_->procs[entry].pid;
+  }
+  common::GateChannel& channel(uint32_t entry, uint32_t gpu) const {
+    return v2_ ? v2_->procs[entry].gpus[gpu] : v3_->procs[entry].gpus[gpu];
+  }
+  // Layout 3 only; nullptr in layout 2, whose caps and limits are in the control slots.
+  std::atomic<uint64_t>* memory_cap(uint32_t gpu) const {
+    return v2_ ? nullptr : &v3_->memory_cap[gpu];
+  }
+  common::GateLimits* limits(uint32_t entry, uint32_t gpu) const {
+    return v2_ ? nullptr : &v3_->procs[entry].limits[gpu];
+  }
+
+ private:
+  Region<common::PodRegion> v3_;
+  Region<common::layout2::PodRegion> v2_;
+};
 
 // A previous arbiter's control region, mapped read-only to carry its slots over.
 class ControlSnapshot {
@@ -82,11 +126,17 @@ class ControlSnapshot {
   ControlSnapshot(ControlSnapshot&& other) noexcept { *this = std::move(other); }
   ControlSnapshot& operator=(ControlSnapshot&& other) noexcept;
   ~ControlSnapshot();
+  // Its layout (2 or 3): the header is the same in both, the slots are read by the layout.
+  uint32_t layout() const { return layout_; }
   const common::ControlRegion* get() const { return map_; }
+  const common::layout2::ControlRegion* get2() const {
+    return reinterpret_cast<const common::layout2::ControlRegion*>(map_);
+  }
   explicit operator bool() const { return map_ != nullptr; }
 
  private:
   const common::ControlRegion* map_ = nullptr;
+  uint32_t layout_ = 0;
 };
 
 // The inode of an open file (0 when fstat fails).

@@ -166,7 +166,17 @@ SavedState parse_state(std::string_view text, std::vector<std::string>* warnings
           if (!g.is_object()) throw std::runtime_error("not an object");
           SavedGpu gpu;
           gpu.uuid = string_field(g, "uuid");
-          gpu.inode = unsigned_field(g, "inode");
+          if (g.contains("inodes")) {
+            const json& inodes = g["inodes"];
+            if (!inodes.is_array() || inodes.size() > 2)
+              throw std::runtime_error("inodes is not a list of at most 2");
+            for (const json& inode : inodes) {
+              if (!inode.is_number_unsigned()) throw std::runtime_error("an inode is not a number");
+              gpu.inodes.push_back(inode.get<uint64_t>());
+            }
+          } else {
+            gpu.inodes.push_back(unsigned_field(g, "inode"));
+          }
           out.gpus[i] = std::move(gpu);
         } catch (const std::exception& e) {
           warnings->push_back("GPU " + index + " dropped: " + what(e));
@@ -207,7 +217,9 @@ std::string render_state(const SavedState& state,
   }
   j["gpus"] = json::object();
   for (const auto& [index, g] : state.gpus) {
-    j["gpus"][std::to_string(index)] = {{"uuid", g.uuid}, {"inode", g.inode}};
+    json& gpu = j["gpus"][std::to_string(index)];
+    gpu = {{"uuid", g.uuid}, {"inodes", g.inodes}};
+    if (!g.inodes.empty()) gpu["inode"] = g.inodes.front();
   }
   if (!state.slot_key.empty()) j["slot_key"] = state.slot_key;
   // The rest of the file, then the registrations spliced in first, one line each.

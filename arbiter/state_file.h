@@ -30,7 +30,10 @@ struct SavedPod {
 
 struct SavedGpu {
   std::string uuid;
-  uint64_t inode = 0;  // the control region memfd's inode
+  // The inodes of its control region memfds, one per layout in use: the layout-2 region
+  // first when it has one (the file's "inode", which releases that read one region read)
+  // and all of them in "inodes".
+  std::vector<uint64_t> inodes;
   bool operator==(const SavedGpu&) const = default;
 };
 

@@ -43,6 +43,7 @@ std::string parse_tenant_message(const void* data, size_t size, bool truncated,
     out->other_version = header.version;
     return other_protocol_refusal(header.version);
   }
+  out->version = header.version;
   if (header.size != size) {
     return "header says " + std::to_string(header.size) + " bytes, packet has " +
            std::to_string(size);

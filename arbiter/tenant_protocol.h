@@ -12,6 +12,9 @@ namespace quanta::arbiter {
 struct TenantMessage {
   enum class Kind { kHello, kAttach };
   Kind kind = Kind::kHello;
+  // The tenant protocol the packet speaks (an accepted one; see common/version.h): the
+  // arbiter answers in it, and a Hello's says which shared-memory layout the process maps.
+  uint32_t version = 0;
   std::string claimed_pod;            // Hello: QUANTA_POD of a host process ("" when none)
   std::string uuid;                   // Attach: the device's UUID
   bool observe = false;               // Attach: memory views only (kAttachObserve), never a slot

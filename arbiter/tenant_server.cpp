@@ -19,6 +19,7 @@
 #include "arbiter/tenant_protocol.h"
 #include "arbiter/unix_socket.h"
 #include "common/clock.h"
+#include "common/version.h"
 
 #ifndef SO_PASSRIGHTS
 #define SO_PASSRIGHTS 83
@@ -29,10 +30,13 @@ namespace {
 
 using common::MessageType;
 
+// A reply in the tenant protocol `protocol` (0: before a Hello said one, this arbiter's own).
+// The messages the arbiter sends are the same in every protocol it accepts.
 template <typename T>
-T make_message(MessageType type) {
+T make_message(MessageType type, uint32_t protocol) {
   T m{};
   m.header = common::make_header<T>(type);
+  if (protocol != 0) m.header.version = protocol;
   return m;
 }
 
@@ -279,10 +283,15 @@ void TenantServer::on_readable(int fd) {
   // one the arbiter cannot place, by its node's [enforce] unplaced rule.
   if (m.other_version != 0 && !conn.welcomed) return refuse(conn, err, common::RefusedAction::kRunOpen);
   if (!err.empty()) return close_connection(fd, err);
+  if (conn.protocol != 0 && m.version != conn.protocol) {
+    return close_connection(fd, "a message of tenant protocol " + std::to_string(m.version) +
+                                    " on a connection that said Hello in " +
+                                    std::to_string(conn.protocol));
+  }
   switch (m.kind) {
     case TenantMessage::Kind::kHello:
       if (conn.welcomed) return close_connection(fd, "second Hello on one connection");
-      return handle_hello(conn, m.claimed_pod);
+      return handle_hello(conn, m);
     case TenantMessage::Kind::kAttach:
       if (!conn.welcomed) return close_connection(fd, "Attach before a Welcome");
       return handle_attach(conn, m);
@@ -295,19 +304,21 @@ void TenantServer::refuse(Connection& conn, const std::string& reason,
   log_.log(spdlog::level::info, "refuse", common::monotonic_ns(), "refusing pid {}: {}{}",
            conn.peer.pid, printable(reason),
            action == common::RefusedAction::kDeny ? " (denied CUDA)" : "");
-  auto m = make_message<common::RefusedMessage>(MessageType::kRefused);
+  auto m = make_message<common::RefusedMessage>(MessageType::kRefused, conn.protocol);
   m.action = action;
   copy_text(m.reason, sizeof(m.reason), reason);
   send_with_fds(conn.sock.get(), &m, sizeof(m), {});
   close_connection(conn.sock.get(), "");  // the tenant needs nothing more from us
 }
 
-void TenantServer::handle_hello(Connection& conn, const std::string& claimed_pod) {
+void TenantServer::handle_hello(Connection& conn, const TenantMessage& hello) {
   const int fd = conn.sock.get();
+  conn.protocol = hello.version;
   // The cgroup now, and the process still alive after reading it: then the pid was its own.
   std::string cgroup = cgroup_of(conn.peer.pid);
   if (!peer_alive(conn.peer)) return close_connection(fd, "the process that connected has exited");
-  Admission a = api_.admit(conn.peer, cgroup, claimed_pod);
+  Admission a =
+      api_.admit(conn.peer, cgroup, hello.claimed_pod, common::layout_of_protocol(hello.version));
   if (!a.admitted) return refuse(conn, a.reason, a.action);
   // One connection per process: a new Hello (a reconnect) replaces the old one.
   auto w = welcomed_by_pid_.find(conn.peer.pid);
@@ -330,7 +341,7 @@ void TenantServer::handle_hello(Connection& conn, const std::string& claimed_pod
   }
   welcomed_by_pid_[conn.peer.pid] = fd;
 
-  auto m = make_message<common::WelcomeMessage>(MessageType::kWelcome);
+  auto m = make_message<common::WelcomeMessage>(MessageType::kWelcome, conn.protocol);
   m.pod_index = a.pod_index;
   m.proc_index = a.proc_index;
   m.arbiter_generation = a.generation;
@@ -345,13 +356,13 @@ void TenantServer::handle_attach(Connection& conn, const TenantMessage& request)
   const int fd = conn.sock.get();
   Attachment a = api_.attach(conn.peer.pid, request);
   if (!a.attached) {
-    auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed);
+    auto m = make_message<common::AttachFailedMessage>(MessageType::kAttachFailed, conn.protocol);
     copy_text(m.reason, sizeof(m.reason), a.reason);
     m.action = a.action;
     if (!send_with_fds(fd, &m, sizeof(m), {})) close_connection(fd, "");
     return;
   }
-  auto m = make_message<common::AttachedMessage>(MessageType::kAttached);
+  auto m = make_message<common::AttachedMessage>(MessageType::kAttached, conn.protocol);
   m.gpu_index = a.gpu_index;
   m.slot = a.slot;
   m.owner = a.owner;

@@ -54,9 +54,10 @@ struct Attachment {
 class TenantApi {
  public:
   virtual ~TenantApi() = default;
-  // A live, identified process said Hello from `cgroup`.
+  // A live, identified process said Hello from `cgroup`; its shim maps shared-memory
+  // layout `layout` (common::layout_of_protocol of its Hello).
   virtual Admission admit(const PeerIdentity& peer, const std::string& cgroup,
-                          const std::string& claimed_pod) = 0;
+                          const std::string& claimed_pod, uint32_t layout) = 0;
   // An admitted process asks for a GPU.
   // The Attach as parsed: a process that only reads memory views (NVML, `observe`) gets no
   // slot and is never scheduled.
@@ -104,6 +105,9 @@ class TenantServer {
     std::string cgroup;
     uint64_t accepted_ns = 0;
     bool welcomed = false;
+    // The tenant protocol its Hello spoke (0 before one): every reply is in it, and every
+    // later message must speak it too.
+    uint32_t protocol = 0;
     UniqueFd doorbell;
     std::set<uint32_t> control_sent;  // GPUs whose control region travelled on it
   };
@@ -114,7 +118,7 @@ class TenantServer {
   void on_doorbell(int fd);
   void on_deadline();
   void close_connection(int fd, const std::string& why);
-  void handle_hello(Connection& conn, const std::string& claimed_pod);
+  void handle_hello(Connection& conn, const TenantMessage& hello);
   void handle_attach(Connection& conn, const TenantMessage& request);
   void refuse(Connection& conn, const std::string& reason, common::RefusedAction action);
   // Frees room by closing not-yet-welcomed connections whose process already exited.

@@ -25,9 +25,16 @@ struct InterfaceVersions {
 };
 
 // The tenant socket's messages (common/wire.h) between libquanta.so and the arbiter.
-inline constexpr InterfaceVersions kTenantProtocol{"tenant protocol", kWireVersion, 3, 3};
-// The control and pod regions (common/shm_layout.h) both map.
-inline constexpr InterfaceVersions kSharedMemoryLayout{"shared-memory layout", kLayoutVersion, 3, 3};
+inline constexpr InterfaceVersions kTenantProtocol{"tenant protocol", kWireVersion, 3, 4};
+// The control and pod regions (common/shm_layout.h; layout 2: common/shm_layout_2.h) both map.
+inline constexpr InterfaceVersions kSharedMemoryLayout{"shared-memory layout", kLayoutVersion, 2, 3};
+
+// The shared-memory layout a shim of tenant protocol `protocol` maps: 3 for protocol 4, 2 for
+// protocol 3; 0 for a protocol the arbiter does not accept.
+constexpr uint32_t layout_of_protocol(uint32_t protocol) {
+  return protocol == 4 ? 3 : protocol == 3 ? 2 : 0;
+}
+static_assert(layout_of_protocol(kWireVersion) == kLayoutVersion);
 
 // "shared-memory layout 3, tenant protocol 3": what a release speaks.
 std::string interface_versions();

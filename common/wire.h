@@ -12,7 +12,10 @@
 namespace quanta::common {
 
 constexpr uint32_t kWireMagic = 0x5751514eu;  // "NQQW"
-constexpr uint32_t kWireVersion = 3;
+// 4: the shim speaks shared-memory layout 3 (AttachedMessage::owner). 3: the same messages,
+// spoken by shims of layout 2 (AttachedMessage::owner was reserved); the arbiter still
+// serves them (common/version.h).
+constexpr uint32_t kWireVersion = 4;
 constexpr size_t kMessageTextLen = 256;
 
 enum class MessageType : uint32_t {

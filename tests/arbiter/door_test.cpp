@@ -173,7 +173,8 @@ TEST(StateFile, OneBadEntryIsDroppedAndEveryOtherKept) {
   s.overrides["prod/web"] = {{"weight", "5"}};
   s.pods[0] = SavedPod{"prod/web", 1234, 0xfeedfacecafebeefull, {10, 11}, ""};
   s.pods[3] = SavedPod{"dev", 99, 1, {}, "/user.slice/session-4.scope"};
-  s.gpus[0] = SavedGpu{"GPU-1", 555};
+  s.gpus[0] = SavedGpu{"GPU-1", {555}};
+  s.gpus[2] = SavedGpu{"GPU-3", {556, 557}};
   std::vector<std::string> warnings;
   EXPECT_EQ(parse_state(render_state(s), &warnings), s);
   EXPECT_TRUE(warnings.empty());
@@ -264,6 +265,25 @@ TEST(LogLimiter, ABurstPerIntervalThenOneLineSayingHowManyWereLeftOut) {
   EXPECT_EQ(suppressed, 7u);
 }
 
+TEST(StateFile, AGpuOfThePreviousReleaseNamesOneControlRegionAndThisOneEachLayoutsFirstOldest) {
+  std::vector<std::string> warnings;
+  SavedState old = parse_state(R"({"version": 2, "gpus": {"0": {"uuid": "GPU-1", "inode": 77}}})",
+                               &warnings);
+  EXPECT_TRUE(warnings.empty());
+  EXPECT_EQ(old.gpus.at(0).inodes, std::vector<uint64_t>{77});
+  SavedState s;
+  s.gpus[0] = SavedGpu{"GPU-1", {12, 34}};
+  const json j = json::parse(render_state(s));
+  EXPECT_EQ(j["gpus"]["0"]["inode"], 12) << "a release that reads one region reads the oldest layout's";
+  EXPECT_EQ(j["gpus"]["0"]["inodes"], json::array({12, 34}));
+  json bad = j;
+  bad["gpus"]["0"]["inodes"] = json::array({1, 2, 3});
+  bad["gpus"]["1"] = {{"uuid", "GPU-2"}, {"inodes", {"x"}}};
+  SavedState dropped = parse_state(bad.dump(), &warnings);
+  EXPECT_TRUE(dropped.gpus.empty());
+  EXPECT_EQ(warnings.size(), 2u);
+}
+
 TEST(Regions, AControlRegionCannotBeWrittenOrResizedThroughAnyDescriptor) {
   ControlRegionMap r = ControlRegionMap::create("door-test.gpu.0");
   ASSERT_TRUE(r);
@@ -280,8 +300,8 @@ TEST(Regions, AControlRegionCannotBeWrittenOrResizedThroughAnyDescriptor) {
 }
 
 TEST(Regions, APodRegionIsWritableButNeverResizedAndIsReadoptedOnlyWithItsTag) {
-  PodRegionMap r = PodRegionMap::create("door-test.pod.0");
-  r->header.recovery_tag = 42;
+  PodRegionMap r = PodRegionMap::create("door-test.pod.0", common::kLayoutVersion);
+  r.header().recovery_tag = 42;
   EXPECT_EQ(seals_of(r.tenant_fd()), kRegionSeals);
   EXPECT_NE(ftruncate(r.tenant_fd(), 0), 0);
   void* p = mmap(nullptr, sizeof(common::PodRegion), PROT_READ | PROT_WRITE, MAP_SHARED,
@@ -295,9 +315,50 @@ TEST(Regions, APodRegionIsWritableButNeverResizedAndIsReadoptedOnlyWithItsTag) {
   // A look-alike: an unsealed memfd with the right contents is refused.
   UniqueFd fake(memfd_create("door-test.pod.0", MFD_CLOEXEC));
   ASSERT_EQ(ftruncate(fake.get(), sizeof(common::PodRegion)), 0);
-  ASSERT_EQ(pwrite(fake.get(), r.get(), sizeof(common::PodHeader), 0),
+  ASSERT_EQ(pwrite(fake.get(), &r.header(), sizeof(common::PodHeader), 0),
             static_cast<ssize_t>(sizeof(common::PodHeader)));
   EXPECT_THROW(PodRegionMap::adopt(std::move(fake), "x", 42), RegionError);
+}
+
+TEST(Regions, APodRegionOfThePreviousLayoutIsMadeAndReadoptedInItsOwnLayout) {
+  PodRegionMap r = PodRegionMap::create("door-test.pod.1", common::layout2::kVersion);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r.layout(), 2u);
+  EXPECT_EQ(r.header().version, 2u);
+  EXPECT_EQ(r.header().size, sizeof(common::layout2::PodRegion));
+  EXPECT_EQ(r.memory_cap(0), nullptr) << "layout 2 keeps caps in the control slots";
+  EXPECT_EQ(r.limits(0, 0), nullptr);
+  // The words a layout-2 shim reads sit where that layout put them.
+  const auto* base = reinterpret_cast<const unsigned char*>(&r.header());
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&r.memory_used(1)) - base, 320 + 8);
+  EXPECT_EQ(reinterpret_cast<const unsigned char*>(&r.pid(1)) - base,
+            static_cast<long>(1344 + sizeof(common::layout2::ProcEntry)));
+  r.header().recovery_tag = 7;
+  r.memory_used(3).store(99);
+  const std::string self = "/proc/self/fd/" + std::to_string(r.tenant_fd());
+  PodRegionMap again = PodRegionMap::adopt(UniqueFd(::open(self.c_str(), O_RDWR)), "y", 7);
+  EXPECT_EQ(again.layout(), 2u);
+  EXPECT_EQ(again.memory_used(3).load(), 99u);
+  EXPECT_THROW(PodRegionMap::create("door-test.pod.2", 1), RegionError);
+}
+
+TEST(Regions, HeaderChecksNameTheLayoutsTheArbiterAccepts) {
+  std::vector<unsigned char> bytes(sizeof(common::PodRegion), 0);
+  const uint32_t layout1[3] = {common::kPodMagic, 1, sizeof(common::PodRegion)};
+  std::memcpy(bytes.data(), layout1, sizeof(layout1));
+  EXPECT_NE(check_pod_header(bytes.data(), bytes.size(), 0).find("shared-memory layout 1; this arbiter"),
+            std::string::npos);
+  EXPECT_NE(check_pod_header(bytes.data(), bytes.size(), 0).find("accepts 2 to 3"), std::string::npos);
+  // A layout-2 header must come with layout 2's size, not layout 3's.
+  const uint32_t layout2[3] = {common::kPodMagic, 2, sizeof(common::PodRegion)};
+  std::memcpy(bytes.data(), layout2, sizeof(layout2));
+  EXPECT_NE(check_pod_header(bytes.data(), bytes.size(), 0).find("layout 2 has"), std::string::npos);
+  const uint32_t good2[3] = {common::kPodMagic, 2, sizeof(common::layout2::PodRegion)};
+  std::memcpy(bytes.data(), good2, sizeof(good2));
+  EXPECT_EQ(check_pod_header(bytes.data(), sizeof(common::layout2::PodRegion), 0), "");
+  const uint32_t control2[3] = {common::kControlMagic, 2, sizeof(common::layout2::ControlRegion)};
+  std::memcpy(bytes.data(), control2, sizeof(control2));
+  EXPECT_EQ(check_control_header(bytes.data(), sizeof(common::layout2::ControlRegion)), "");
 }
 
 TEST(Regions, HeaderChecksRefuseForeignOrShortRegions) {

@@ -410,7 +410,7 @@ std::map<pid_t, uint64_t> busy_by_pid(const std::vector<Slice>& slices, uint64_t
 
 // ---------------------------------------------------------------------------------------
 
-int open_arbiter_region(const World& world, const std::string& name, int flags) {
+int open_arbiter_region(const World& world, const std::string& name, int flags, uint32_t layout) {
   const pid_t pid = world.arbiter_pid();
   if (pid <= 0) return -1;
   const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
@@ -424,6 +424,13 @@ int open_arbiter_region(const World& world, const std::string& name, int flags) 
     const std::string path = dir + "/" + entry->d_name;
     if (readlink(path.c_str(), link, sizeof link - 1) <= 0 || (memfd != link && named != link)) continue;
     out = open(path.c_str(), flags | O_CLOEXEC);
+    uint32_t head[2] = {0, 0};
+    if (out >= 0 && layout != 0 &&
+        (pread(out, head, sizeof head, 0) != static_cast<ssize_t>(sizeof head) || head[1] != layout)) {
+      close(out);
+      out = -1;
+      continue;
+    }
     if (out >= 0) break;
   }
   closedir(fds);
@@ -434,7 +441,7 @@ namespace {
 
 template <typename T>
 const T* map_region(const World& world, const std::string& name) {
-  const int fd = open_arbiter_region(world, name, O_RDONLY);
+  const int fd = open_arbiter_region(world, name, O_RDONLY, common::kLayoutVersion);
   if (fd < 0) return nullptr;
   struct stat st {};
   const T* region = nullptr;

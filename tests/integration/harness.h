@@ -175,8 +175,9 @@ std::vector<Hold> holds_of(const std::vector<Slice>& slices);
 std::map<pid_t, uint64_t> busy_by_pid(const std::vector<Slice>& slices, uint64_t from, uint64_t to);
 
 // Opens one of the arbiter's regions by its memfd name ("<scope>.gpu.0") among the running
-// arbiter's descriptors: -1 when there is none.
-int open_arbiter_region(const World& world, const std::string& name, int flags);
+// arbiter's descriptors, of shared-memory `layout` when not 0 (a GPU serving pods of the
+// previous release has a control region of each): -1 when there is none.
+int open_arbiter_region(const World& world, const std::string& name, int flags, uint32_t layout = 0);
 
 // Read-only views of the arbiter's regions as they are now (a restarted arbiter makes new
 // control regions: make a new view; pod regions of live tenants carry over).
