@@ -296,13 +296,14 @@ Child World::spawn_tenant(const std::vector<std::string>& args, const std::strin
   return spawn(argv, env);
 }
 
-void World::start_arbiter() {
+void World::start_arbiter(const std::string& binary) {
   unlink(tenant_socket_.c_str());
   Env env = tenant_env("", false);
   env["QUANTA_LOG_LEVEL"] = "info";
   const int run = arbiter_runs_++;
   const char* other = getenv("QUANTA_TEST_ARBITER");  // an older build, to show a regression
-  arbiter_ = Child({other != nullptr ? other : QUANTA_ARBITER_BINARY, "--foreground", "--config", config_path_}, env,
+  const std::string program = !binary.empty() ? binary : other != nullptr ? other : QUANTA_ARBITER_BINARY;
+  arbiter_ = Child({program, "--foreground", "--config", config_path_}, env,
                    dir_.file("arbiter.out." + std::to_string(run)), dir_.file("arbiter.log." + std::to_string(run)));
   arbiter_pid_.store(arbiter_.pid());
   const bool up = eventually(10.0, [&] {

@@ -102,8 +102,9 @@ class World {
   explicit World(const std::string& test_name, ArbiterConfig config = {}, WorldExtras extras = {});
   ~World();
 
-  // Starts (or restarts) the arbiter and waits until its tenant socket accepts connections.
-  void start_arbiter();
+  // Starts (or restarts) the arbiter and waits until its tenant socket accepts connections:
+  // this build's, or the quanta-arbiter at `binary` (another release's).
+  void start_arbiter(const std::string& binary = "");
   void kill_arbiter(int sig);  // sends sig and reaps it
   Child& arbiter() { return arbiter_; }
   // The running arbiter's pid (0 when none); safe to read from any thread.
