@@ -232,6 +232,9 @@ struct Process {
   SocketLock socket_lock;
   ControlMapping controls[kMaxGpus];  // under socket_lock
   bool refused_logged = false;
+  // The line for an arbiter that closes the connection at each Hello (one of an older
+  // release, after a rollback) was logged: once until the process joins again.
+  bool unanswered_logged = false;
   bool deny_logged = false;
   bool stolen_logged = false;
 };

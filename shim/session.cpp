@@ -205,8 +205,15 @@ HelloResult say_hello() {
                reply.header.version, common::kWireVersion);
       return result;
     }
-    copy_text(result.text, sizeof result.text,
-              received == 0 ? "the arbiter closed the connection" : "no valid reply to hello");
+    if (received == 0) {
+      // What an arbiter of an older release does with a Hello of a protocol it does not know.
+      snprintf(result.text, sizeof result.text,
+               "the arbiter closed the connection without answering this libquanta.so's Hello "
+               "(tenant protocol %u), as an arbiter of an older release does",
+               common::kWireVersion);
+    } else {
+      copy_text(result.text, sizeof result.text, "no valid reply to hello");
+    }
     return result;
   }
   if (reply.header.type == common::MessageType::kRefused) {
@@ -600,6 +607,15 @@ Rejoin reconnect() {
       QUANTA_LOG_WARN("the arbiter's pod region was rejected (%s): %s", why,
                       was_joined ? "keeping the previous one" : "still not placed");
     }
+  } else if (hello.outcome == HelloOutcome::kBroken && was_joined && !g_process.unanswered_logged) {
+    // After a rollback to a release that does not speak this protocol: the process keeps its
+    // pod region and the caps the last arbiter set in it, and says once why gating stays off.
+    g_process.unanswered_logged = true;
+    QUANTA_LOG_WARN(
+        "the arbiter at %s does not place this process again (%s): launches stay ungated and "
+        "memory stays capped where the last arbiter set it; restart the pod to run it under the "
+        "arbiter now installed, or install this libquanta.so's release again; retrying",
+        options().socket_path, hello.text);
   } else if (hello.outcome == HelloOutcome::kRefused) {
     outcome =
         hello.action == common::RefusedAction::kDeny ? Rejoin::kRefusedDeny : Rejoin::kRefusedOpen;
@@ -637,6 +653,8 @@ Rejoin reconnect() {
   g_process.socket_lock.unlock();
   if (ok) {
     g_process.refused_logged = false;
+  g_process.unanswered_logged = false;
+    g_process.unanswered_logged = false;
     const bool was_denied = g_process.deny_logged;
     g_process.deny_logged = false;
     if (was_joined && !was_denied) {
@@ -731,6 +749,7 @@ void session_reset_in_child() {
   g_process.socket_lock.reset();
   for (ControlMapping& mapping : g_process.controls) mapping = ControlMapping{};
   g_process.refused_logged = false;
+  g_process.unanswered_logged = false;
   g_process.deny_logged = false;
   g_process.stolen_logged = false;
   for (Binding& binding : g_bindings) {

@@ -137,36 +137,53 @@ std::string error_lines(const std::string& log) {
   return out;
 }
 
-TEST(Upgrade, PodsOfThePreviousReleaseKeepSharesCapsAndLedgerAndNewPodsRunBeside) {
+// Lines of an arbiter log at error level or above, less those `expected` names.
+std::string unexpected_errors(const std::string& log, const std::string& expected = "") {
+  std::string out;
+  std::istringstream lines(error_lines(log));
+  for (std::string line; std::getline(lines, line);) {
+    if (expected.empty() || line.find(expected) == std::string::npos) out += line + "\n";
+  }
+  return out;
+}
+
+bool unmanaged_on_gpu(const World& world, pid_t pid) {
+  const nlohmann::json status = world.admin({{"cmd", "status"}});
+  for (const auto& gpu : status.value("gpus", nlohmann::json::array()))
+    for (const auto& u : gpu.value("unmanaged", nlohmann::json::array()))
+      if (u.value("pid", 0) == pid) return true;
+  return false;
+}
+
+TEST(Upgrade, PodsKeepSharesCapsAndLedgerAcrossAnUpgradeAndARollback) {
   ASSERT_TRUE(std::filesystem::exists(kPrevious + "/bin/quanta-arbiter"))
       << "the previous release is not built in " << kPrevious << " (tests/upgrade/build-previous.sh)";
   World world(test_name(), ArbiterConfig{.quantum = "10ms",
                                          .lease = "400ms",
                                          .pods = {{"heavy", 3, ""}, {"light", 1, ""}, {"capped", 1, "256Mi"},
-                                                  {"fresh", 1, ""}}});
+                                                  {"fresh", 1, "256Mi"}}});
   Node node(world);
   node.install_previous();
   world.start_arbiter(kPrevious + "/bin/quanta-arbiter");
 
   // Pods of the previous release: two competing by weight 3:1, one holding memory under its cap.
   const Env overhead = {{"QUANTA_CONTEXT_OVERHEAD", "16Mi"}};
-  auto old_pod = [&](const std::string& name) {
+  auto pod_env = [&](const std::string& name) {
     Env env = overhead;
     env["LD_PRELOAD"] = node.container_library(name);
     return env;
   };
-  const Env heavy_env = old_pod("heavy"), light_env = old_pod("light"), capped_env = old_pod("capped");
+  const Env heavy_env = pod_env("heavy"), light_env = pod_env("light"), capped_env = pod_env("capped");
   const std::string at = start_in(600);
   const uint64_t started = monotonic_ns() + 600 * kMs;
-  Child heavy = world.spawn_tenant(batch(16.0, at), "heavy", false, heavy_env);
-  Child light = world.spawn_tenant(batch(16.0, at), "light", false, light_env);
-  Child holder = world.spawn_tenant({"alloc", "--bytes", "64Mi", "--count", "2", "--hold-ms", "16000", "--start-at", at},
+  Child heavy = world.spawn_tenant(batch(28.0, at), "heavy", false, heavy_env);
+  Child light = world.spawn_tenant(batch(28.0, at), "light", false, light_env);
+  Child holder = world.spawn_tenant({"alloc", "--bytes", "64Mi", "--count", "2", "--hold-ms", "27000", "--start-at", at},
                                     "capped", false, capped_env);
   ASSERT_TRUE(eventually(10, [&] { return all_connected(world, {heavy.pid(), light.pid()}); }))
       << "the previous release's arbiter never gated its pods:\n" << world.arbiter_log();
   sleep_ms(3000);
-  const uint64_t before_upgrade = monotonic_ns();
-  expect_shares(world, {{heavy.pid(), 0.75}, {light.pid(), 0.25}}, started + 500 * kMs, before_upgrade,
+  expect_shares(world, {{heavy.pid(), 0.75}, {light.pid(), 0.25}}, started + 500 * kMs, monotonic_ns(),
                 "under the previous release");
 
   // The upgrade: the new image installs its files, then the arbiter's pod is replaced.
@@ -182,17 +199,22 @@ TEST(Upgrade, PodsOfThePreviousReleaseKeepSharesCapsAndLedgerAndNewPodsRunBeside
   for (const auto& [pid, t] : tenants_by_pid(world)) {
     EXPECT_EQ(t.value("shared_memory_layout", 0), 2) << "pid " << pid << " is not served in its own layout: " << t.dump();
   }
-  // The ledger carried over: the holder's 128 MiB and its context are still the pod's.
-  const auto tenants = tenants_by_pid(world);
-  EXPECT_EQ(tenants.at(holder.pid()).value("pod_memory_used", 0ull), 128 * kMi + 16 * kMi) << tenants.at(holder.pid()).dump();
+  // The ledger carried over: the holder's two 64 MiB and its 16 MiB context are still the pod's.
+  EXPECT_EQ(tenants_by_pid(world).at(holder.pid()).value("pod_memory_used", 0ull), 144 * kMi);
+  // The new arbiter re-adopts them across its own crash too.
+  world.kill_arbiter(SIGKILL);
+  world.start_arbiter();
+  ASSERT_TRUE(eventually(10, [&] { return all_connected(world, {heavy.pid(), light.pid(), holder.pid()}); }))
+      << "the new arbiter did not re-adopt the previous release's pods after a crash:\n" << world.arbiter_log();
+  const uint64_t restarted = monotonic_ns();
+  EXPECT_EQ(tenants_by_pid(world).at(holder.pid()).value("pod_memory_used", 0ull), 144 * kMi);
+  EXPECT_EQ(world.arbiter_log().find("not usable"), std::string::npos) << world.arbiter_log();
   sleep_ms(3000);
-  const uint64_t upgraded_window_end = monotonic_ns();
-  expect_shares(world, {{heavy.pid(), 0.75}, {light.pid(), 0.25}}, reattached + 500 * kMs, upgraded_window_end,
-                "after the upgrade");
+  expect_shares(world, {{heavy.pid(), 0.75}, {light.pid(), 0.25}}, restarted + 500 * kMs, monotonic_ns(),
+                "after the upgrade and a crash of the new arbiter");
 
   // The cap holds for a new process of the old capped pod (its container still maps the old
-  // library): 256 MiB less the holder's 144 MiB (two 64 MiB and a 16 MiB context) and the
-  // racer's own 16 MiB context leaves 96 MiB.
+  // library): 256 MiB less the holder's 144 MiB and the racer's own 16 MiB context is 96 MiB.
   Child racer = world.spawn_tenant({"alloc", "--race", "--bytes", "16Mi", "--hold-ms", "300"}, "capped", false,
                                    capped_env);
   const nlohmann::json race = expect_clean_exit(racer, 30, "racer in the capped pod");
@@ -200,20 +222,49 @@ TEST(Upgrade, PodsOfThePreviousReleaseKeepSharesCapsAndLedgerAndNewPodsRunBeside
   EXPECT_EQ(race.value("successes", 0), 6) << "96 MiB is six 16 MiB allocations: " << race.dump();
 
   // A pod started now gets this release, beside the old ones: 3:1:1.
-  const Env fresh_env = {{"QUANTA_CONTEXT_OVERHEAD", "16Mi"}, {"LD_PRELOAD", node.container_library("fresh")}};
+  const Env fresh_env = pod_env("fresh");
   const uint64_t fresh_at = monotonic_ns() + 500 * kMs;
-  Child fresh = world.spawn_tenant(batch(4.0, start_in(500)), "fresh", false, fresh_env);
+  Child fresh = world.spawn_tenant(batch(11.0, start_in(500)), "fresh", false, fresh_env);
+  // Its second process allocates only after the rollback below, against the cap this release set.
+  const std::string after_rollback = start_in(7500);
+  Child fresh_alloc = world.spawn_tenant(
+      {"alloc", "--bytes", "16Mi", "--count", "20", "--hold-ms", "500", "--start-at", after_rollback}, "fresh", false,
+      fresh_env);
   ASSERT_TRUE(eventually(10, [&] { return all_connected(world, {fresh.pid()}); })) << world.arbiter_log();
   EXPECT_EQ(tenants_by_pid(world).at(fresh.pid()).value("shared_memory_layout", 0), 3);
-  expect_clean_exit(fresh, 30, "the new release's pod");
+  sleep_ms(4000);
   expect_shares(world, {{heavy.pid(), 0.6}, {light.pid(), 0.2}, {fresh.pid(), 0.2}}, fresh_at + 500 * kMs,
-                fresh_at + 3500 * kMs, "old and new pods together");
+                monotonic_ns(), "old and new pods together");
+  EXPECT_EQ(unexpected_errors(world.arbiter_log()), "") << "the new arbiter logged errors";
 
+  // The rollback: the previous release's files and arbiter again. Its pods stay gated and
+  // capped; the pod started under this release cannot be placed by it and says so.
+  world.kill_arbiter(SIGTERM);
+  node.install_previous();
+  world.start_arbiter(kPrevious + "/bin/quanta-arbiter");
+  ASSERT_TRUE(eventually(10, [&] { return all_connected(world, {heavy.pid(), light.pid(), holder.pid()}); }))
+      << "the rolled-back arbiter did not keep the previous release's pods:\n" << world.arbiter_log();
+  const uint64_t rolled_back = monotonic_ns();
+  const std::string old_log = world.arbiter_log();
+  EXPECT_EQ(old_log.find("previous control region of GPU 0 is not usable"), std::string::npos)
+      << "the layout-2 control region was not recorded for the rollback:\n" << old_log;
+  EXPECT_TRUE(eventually(10, [&] { return unmanaged_on_gpu(world, fresh.pid()); }))
+      << "the rolled-back arbiter does not count the new release's pod as unmanaged";
+  sleep_ms(3000);
+  expect_shares(world, {{heavy.pid(), 0.75}, {light.pid(), 0.25}}, rolled_back + 500 * kMs, monotonic_ns(),
+                "after the rollback");
+
+  const nlohmann::json fresh_allocs = expect_clean_exit(fresh_alloc, 30, "the new release's allocating process");
+  EXPECT_EQ(fresh_allocs.value("successes", 0), 14)
+      << "256 MiB less two 16 MiB contexts is fourteen 16 MiB allocations: " << fresh_allocs.dump();
+  expect_clean_exit(fresh, 30, "the new release's pod");
+  EXPECT_NE(fresh.err().find("does not place this process again"), std::string::npos) << fresh.err();
   expect_clean_exit(heavy, 60, "heavy pod of the previous release");
   expect_clean_exit(light, 60, "light pod of the previous release");
   const nlohmann::json held = expect_clean_exit(holder, 60, "capped pod of the previous release");
   EXPECT_EQ(held.value("successes", 0), 2) << held.dump();
-  EXPECT_EQ(error_lines(world.arbiter_log()), "") << "the new arbiter logged errors";
+  EXPECT_EQ(unexpected_errors(world.arbiter_log(), "not re-adopting the region of pod fresh"), "")
+      << "the rolled-back arbiter logged errors beyond the new release's pod";
 }
 
 }  // namespace
