@@ -13,7 +13,7 @@
 
 namespace quanta::common {
 
-// The release, as the build's project version gives it ("0.1.0").
+// The release, as the build's project version gives it ("0.2.0").
 const char* release();
 
 struct InterfaceVersions {
@@ -40,7 +40,7 @@ static_assert(layout_of_protocol(kWireVersion) == kLayoutVersion);
 std::string interface_versions();
 // "3" or "2 to 3": what the arbiter accepts of one interface.
 std::string accepted_range(const InterfaceVersions& v);
-// "quanta-arbiter 0.1.0 (shared-memory layout 3, tenant protocol 3)".
+// "quanta-arbiter 0.2.0 (shared-memory layout 3, tenant protocol 4)".
 std::string version_line(const char* tool);
 
 }  // namespace quanta::common

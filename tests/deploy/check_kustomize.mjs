@@ -34,7 +34,7 @@ for (const w of objects.filter((o) => podSpec(o.object))) {
   }
   for (const c of podContainers(w.object)) {
     const [name, tag] = splitImage(c.image);
-    report.check(name === "quanta-node" && tag === "0.1.0",
+    report.check(name === "quanta-node" && tag === "0.2.0",
       `${w.object.kind}/${w.object.metadata.name} container ${c.name} image ${c.image} carries the base's image override`);
   }
 }
