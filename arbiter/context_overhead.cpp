@@ -19,6 +19,7 @@
 #include "arbiter/event_loop.h"
 #include "common/clock.h"
 #include "common/nvml_api.h"
+#include "hosted/nvml.h"
 
 extern char** environ;
 
@@ -46,11 +47,10 @@ int fail(const std::string& why) {
 // This process's usedGpuMemory on `uuid` by NVML's count; false (and `why`) when NVML
 // does not list it.
 bool own_usage(const std::string& uuid, uint64_t* bytes, std::string* why) {
-  void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  auto init = symbol<decltype(&nvmlInit_v2)>(nvml, "nvmlInit_v2");
-  auto by_uuid = symbol<decltype(&nvmlDeviceGetHandleByUUID)>(nvml, "nvmlDeviceGetHandleByUUID");
-  auto list_v3 = symbol<decltype(&nvmlDeviceGetComputeRunningProcesses_v3)>(
-      nvml, "nvmlDeviceGetComputeRunningProcesses_v3");
+  const hosted::Nvml& nvml = hosted::nvml();
+  const auto init = nvml.init;
+  const auto by_uuid = nvml.handle_by_uuid;
+  const auto list_v3 = nvml.processes_v3;
   if (init == nullptr || by_uuid == nullptr || list_v3 == nullptr) {
     *why = "libnvidia-ml.so.1 is missing or lacks nvmlDeviceGetComputeRunningProcesses_v3";
     return false;

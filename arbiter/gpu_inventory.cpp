@@ -1,114 +1,56 @@
-// NVML through dlopen: only the handful of entry points discovery needs, declared here with
-// NVML's C ABI (opaque device handles, int return codes, 0 = success).
+// GPU discovery through NVML (hosted/nvml.h): every GPU and MIG instance with its name,
+// UUID, minor number and model.
 #include "arbiter/gpu_inventory.h"
 
-#include <dlfcn.h>
 #include <strings.h>
 
 #include <map>
 #include <mutex>
 #include <stdexcept>
 
+#include "hosted/nvml.h"
+
 namespace quanta::arbiter {
 namespace {
 
-using Device = struct NvmlDeviceOpaque*;
-using InitFn = int (*)();
-using CountFn = int (*)(unsigned*);
-using HandleFn = int (*)(unsigned, Device*);
-using HandleByUuidFn = int (*)(const char*, Device*);
-using UuidFn = int (*)(Device, char*, unsigned);
-using MigCountFn = int (*)(Device, unsigned*);
-using MigHandleFn = int (*)(Device, unsigned, Device*);
-using MinorFn = int (*)(Device, unsigned*);
-using NameFn = int (*)(Device, char*, unsigned);
-using ErrorStringFn = const char* (*)(int);
-
-template <typename F>
-F symbol(void* lib, const char* name, const char* fallback = nullptr) {
-  void* p = dlsym(lib, name);
-  if (p == nullptr && fallback != nullptr) p = dlsym(lib, fallback);
-  return reinterpret_cast<F>(p);
-}
-
-struct Nvml {
-  void* lib = nullptr;
-  InitFn init = nullptr;
-  CountFn count = nullptr;
-  HandleFn handle = nullptr;
-  HandleByUuidFn by_uuid = nullptr;
-  UuidFn uuid = nullptr;
-  MigCountFn mig_count = nullptr;
-  MigHandleFn mig_handle = nullptr;
-  MinorFn minor = nullptr;
-  NameFn model = nullptr;
-  ErrorStringFn error_string = nullptr;
-  std::string load_error;
-};
-
-// Loaded and initialised once it works; the library stays loaded (NVML does not like being
-// shut down and re-initialised). A failed load or init is tried again at the next call: a
-// node's driver may appear after the arbiter started (--wait-for-gpus).
-const Nvml& nvml() {
+// NVML loaded and initialised; the reason when it is not. A failed load or init is tried
+// again at the next call: a node's driver may appear after the arbiter started
+// (--wait-for-gpus). Once it works, it stays (NVML does not like being shut down and
+// re-initialised).
+std::string ready_nvml() {
   static std::mutex mu;
-  static Nvml n;
   static bool ready = false;
   std::lock_guard<std::mutex> lock(mu);
-  if (ready) return n;
-  [] {
-    n = Nvml{};
-    n.lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (n.lib == nullptr) {
-      const char* why = dlerror();
-      n.load_error = std::string("cannot load NVML (libnvidia-ml.so.1): ") +
-                     (why ? why : "unknown error") +
-                     ": install the NVIDIA driver, or for tests set LD_LIBRARY_PATH to simgpu's "
-                     "build/sim";
-      return;
-    }
-    n.init = symbol<InitFn>(n.lib, "nvmlInit_v2", "nvmlInit");
-    n.count = symbol<CountFn>(n.lib, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-    n.handle =
-        symbol<HandleFn>(n.lib, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
-    n.by_uuid = symbol<HandleByUuidFn>(n.lib, "nvmlDeviceGetHandleByUUID");
-    n.uuid = symbol<UuidFn>(n.lib, "nvmlDeviceGetUUID");
-    n.mig_count = symbol<MigCountFn>(n.lib, "nvmlDeviceGetMaxMigDeviceCount");
-    n.mig_handle = symbol<MigHandleFn>(n.lib, "nvmlDeviceGetMigDeviceHandleByIndex");
-    n.minor = symbol<MinorFn>(n.lib, "nvmlDeviceGetMinorNumber");
-    n.model = symbol<NameFn>(n.lib, "nvmlDeviceGetName");
-    n.error_string = symbol<ErrorStringFn>(n.lib, "nvmlErrorString");
-    if (n.init == nullptr || n.count == nullptr || n.handle == nullptr || n.uuid == nullptr) {
-      n.load_error = "libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID";
-      return;
-    }
-    if (int rc = n.init(); rc != 0) {
-      n.load_error = "NVML nvmlInit failed with code " + std::to_string(rc);
-      if (n.error_string != nullptr) n.load_error += std::string(" (") + n.error_string(rc) + ")";
-    }
-  }();
-  ready = n.load_error.empty();
-  return n;
+  if (ready) return "";
+  const hosted::Nvml& n = hosted::nvml();
+  if (!n.loaded()) {
+    return "cannot load NVML (libnvidia-ml.so.1): " + n.load_error +
+           ": install the NVIDIA driver, or for tests set LD_LIBRARY_PATH to simgpu's build/sim";
+  }
+  if (n.init == nullptr || n.count == nullptr || n.handle_by_index == nullptr || n.uuid == nullptr)
+    return "libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID";
+  if (nvmlReturn_t rc = n.init(); rc != NVML_SUCCESS) return "NVML nvmlInit failed with " + n.describe(rc);
+  ready = true;
+  return "";
 }
 
-std::string failure(const Nvml& n, const char* what, int rc) {
-  std::string text = std::string("NVML ") + what + " failed with code " + std::to_string(rc);
-  if (n.error_string != nullptr) text += std::string(" (") + n.error_string(rc) + ")";
-  return text;
+std::string failure(const hosted::Nvml& n, const char* what, nvmlReturn_t rc) {
+  return std::string("NVML ") + what + " failed with " + n.describe(rc);
 }
 
-std::string model_of(const Nvml& n, Device dev) {
-  char name[96] = {};
-  if (n.model == nullptr || n.model(dev, name, sizeof(name)) != 0) return "";
+std::string model_of(const hosted::Nvml& n, nvmlDevice_t dev) {
+  char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+  if (n.name == nullptr || n.name(dev, name, sizeof(name)) != NVML_SUCCESS) return "";
   return name;
 }
 
 }  // namespace
 
 std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
-  const Nvml& n = nvml();
-  if (!n.load_error.empty()) throw std::runtime_error(n.load_error);
+  if (std::string why = ready_nvml(); !why.empty()) throw std::runtime_error(why);
+  const hosted::Nvml& n = hosted::nvml();
   unsigned count = 0;
-  if (int rc = n.count(&count); rc != 0)
+  if (nvmlReturn_t rc = n.count(&count); rc != NVML_SUCCESS)
     throw std::runtime_error(failure(n, "nvmlDeviceGetCount", rc));
 
   std::vector<GpuInfo> all;
@@ -120,16 +62,16 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
     all.push_back(info);
   };
   for (unsigned i = 0; i < count; ++i) {
-    Device dev = nullptr;
-    if (int rc = n.handle(i, &dev); rc != 0)
+    nvmlDevice_t dev = nullptr;
+    if (nvmlReturn_t rc = n.handle_by_index(i, &dev); rc != NVML_SUCCESS)
       throw std::runtime_error(failure(n, "nvmlDeviceGetHandleByIndex", rc));
-    char buf[96] = {};
-    if (int rc = n.uuid(dev, buf, sizeof(buf)); rc != 0)
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (nvmlReturn_t rc = n.uuid(dev, buf, sizeof(buf)); rc != NVML_SUCCESS)
       throw std::runtime_error(failure(n, "nvmlDeviceGetUUID", rc));
     GpuInfo gpu;
     gpu.uuid = buf;
     unsigned minor = 0;
-    if (n.minor != nullptr && n.minor(dev, &minor) == 0) gpu.minor = static_cast<int>(minor);
+    if (n.minor != nullptr && n.minor(dev, &minor) == NVML_SUCCESS) gpu.minor = static_cast<int>(minor);
     gpu.model = model_of(n, dev);
     const bool top_level_mig = strncasecmp(buf, "MIG-", 4) == 0;
     const int minor_or_index = gpu.minor >= 0 ? gpu.minor : static_cast<int>(i);
@@ -139,12 +81,14 @@ std::vector<GpuInfo> discover_gpu_info(const std::vector<std::string>& wanted) {
     add(gpu);
     if (top_level_mig) continue;
     unsigned migs = 0;
-    if (n.mig_count == nullptr || n.mig_handle == nullptr || n.mig_count(dev, &migs) != 0) continue;
+    if (n.max_mig_count == nullptr || n.mig_handle == nullptr ||
+        n.max_mig_count(dev, &migs) != NVML_SUCCESS)
+      continue;
     for (unsigned m = 0; m < migs; ++m) {
-      Device mig = nullptr;
-      if (n.mig_handle(dev, m, &mig) != 0 || mig == nullptr) continue;  // slot not populated
-      char mbuf[96] = {};
-      if (n.uuid(mig, mbuf, sizeof(mbuf)) != 0) continue;
+      nvmlDevice_t mig = nullptr;
+      if (n.mig_handle(dev, m, &mig) != NVML_SUCCESS || mig == nullptr) continue;  // not made
+      char mbuf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+      if (n.uuid(mig, mbuf, sizeof(mbuf)) != NVML_SUCCESS) continue;
       GpuInfo instance;
       instance.name = std::to_string(i) + ":" + std::to_string(m);
       instance.uuid = mbuf;

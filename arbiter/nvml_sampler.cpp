@@ -1,8 +1,7 @@
-// NVML through dlopen (the arbiter runs, and says so, where the driver lacks a call): the
-// entry points the sampler needs, looked up once; a missing one turns its figure off.
+// NVML's per-process view, sampled on a thread of its own (hosted/nvml.h loads the library:
+// the arbiter runs, and says so, where the driver lacks a call).
 #include "arbiter/nvml_sampler.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -15,14 +14,10 @@
 #include "arbiter/event_loop.h"
 #include "common/clock.h"
 #include "common/nvml_api.h"
+#include "hosted/nvml.h"
 
 namespace quanta::arbiter {
 namespace {
-
-template <typename F>
-F symbol(void* lib, const char* name) {
-  return lib == nullptr ? nullptr : reinterpret_cast<F>(dlsym(lib, name));
-}
 
 unsigned long long realtime_us() {
   timespec ts{};
@@ -33,36 +28,14 @@ unsigned long long realtime_us() {
 
 }  // namespace
 
+// The process's NVML (hosted/nvml.h), initialised; a missing entry point turns its figure off.
 struct NvmlSampler::Api {
-  void* lib = nullptr;
-  decltype(&nvmlInit_v2) init = nullptr;
-  decltype(&nvmlDeviceGetHandleByUUID) by_uuid = nullptr;
-  decltype(&nvmlDeviceGetName) name = nullptr;
-  decltype(&nvmlDeviceGetMemoryInfo) memory = nullptr;
-  decltype(&nvmlDeviceGetComputeRunningProcesses_v3) processes_v3 = nullptr;
-  decltype(&nvmlDeviceGetComputeRunningProcesses_v2) processes_v2 = nullptr;
-  decltype(&nvmlDeviceGetProcessUtilization) process_utilization = nullptr;
-  decltype(&nvmlDeviceIsMigDeviceHandle) is_mig = nullptr;
-  decltype(&nvmlDeviceGetGpuInstanceId) instance_id = nullptr;
-
-  Api() {
-    lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    init = symbol<decltype(init)>(lib, "nvmlInit_v2");
-    by_uuid = symbol<decltype(by_uuid)>(lib, "nvmlDeviceGetHandleByUUID");
-    name = symbol<decltype(name)>(lib, "nvmlDeviceGetName");
-    memory = symbol<decltype(memory)>(lib, "nvmlDeviceGetMemoryInfo");
-    processes_v3 = symbol<decltype(processes_v3)>(lib, "nvmlDeviceGetComputeRunningProcesses_v3");
-    processes_v2 = symbol<decltype(processes_v2)>(lib, "nvmlDeviceGetComputeRunningProcesses_v2");
-    process_utilization =
-        symbol<decltype(process_utilization)>(lib, "nvmlDeviceGetProcessUtilization");
-    is_mig = symbol<decltype(is_mig)>(lib, "nvmlDeviceIsMigDeviceHandle");
-    instance_id = symbol<decltype(instance_id)>(lib, "nvmlDeviceGetGpuInstanceId");
-    if (init == nullptr || by_uuid == nullptr || init() != NVML_SUCCESS) by_uuid = nullptr;
-  }
+  const hosted::Nvml& n = hosted::nvml();
+  const bool ready = n.init != nullptr && n.handle_by_uuid != nullptr && n.init() == NVML_SUCCESS;
 
   nvmlDevice_t device(const std::string& uuid) const {
     nvmlDevice_t dev = nullptr;
-    if (by_uuid == nullptr || by_uuid(uuid.c_str(), &dev) != NVML_SUCCESS) return nullptr;
+    if (!ready || n.handle_by_uuid(uuid.c_str(), &dev) != NVML_SUCCESS) return nullptr;
     return dev;
   }
 };
@@ -77,17 +50,17 @@ NvmlSampler::NvmlSampler(const std::vector<std::string>& uuids, uint64_t interva
     GpuIdentity id;
     if (nvmlDevice_t dev = api_->device(uuid)) {
       char text[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
-      if (api_->name != nullptr && api_->name(dev, text, sizeof text) == NVML_SUCCESS)
+      if (api_->n.name != nullptr && api_->n.name(dev, text, sizeof text) == NVML_SUCCESS)
         id.model = text;
       nvmlMemory_t mem{};
-      if (api_->memory != nullptr && api_->memory(dev, &mem) == NVML_SUCCESS)
+      if (api_->n.memory != nullptr && api_->n.memory(dev, &mem) == NVML_SUCCESS)
         id.memory_total = mem.total;
       unsigned is_mig = 0;
       id.mig = uuid.rfind("MIG-", 0) == 0 ||
-               (api_->is_mig != nullptr && api_->is_mig(dev, &is_mig) == NVML_SUCCESS && is_mig);
+               (api_->n.is_mig != nullptr && api_->n.is_mig(dev, &is_mig) == NVML_SUCCESS && is_mig);
       unsigned instance = 0;
-      if (id.mig && api_->instance_id != nullptr &&
-          api_->instance_id(dev, &instance) == NVML_SUCCESS) {
+      if (id.mig && api_->n.gpu_instance_id != nullptr &&
+          api_->n.gpu_instance_id(dev, &instance) == NVML_SUCCESS) {
         id.mig_instance = std::to_string(instance);
       }
       const size_t at = id.model.rfind(" MIG ");
@@ -100,7 +73,7 @@ NvmlSampler::NvmlSampler(const std::vector<std::string>& uuids, uint64_t interva
   }
   ready_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!ready_) throw_errno("eventfd");
-  if (interval_ns_ != 0 && api_->by_uuid != nullptr) {
+  if (interval_ns_ != 0 && api_->ready) {
     // Signals stay with the arbiter's signalfd: the sampler's thread takes none.
     sigset_t all, previous;
     sigfillset(&all);
@@ -161,10 +134,10 @@ std::vector<GpuReading> NvmlSampler::sample() {
     for (int attempt = 0; attempt < 4; ++attempt) {
       unsigned n = static_cast<unsigned>(infos.size());
       nvmlReturn_t rc = NVML_ERROR_FUNCTION_NOT_FOUND;
-      if (api_->processes_v3 != nullptr) {
-        rc = api_->processes_v3(dev, &n, infos.data());
-      } else if (api_->processes_v2 != nullptr) {
-        rc = api_->processes_v2(dev, &n, reinterpret_cast<nvmlProcessInfo_v2_t*>(infos.data()));
+      if (api_->n.processes_v3 != nullptr) {
+        rc = api_->n.processes_v3(dev, &n, infos.data());
+      } else if (api_->n.processes_v2 != nullptr) {
+        rc = api_->n.processes_v2(dev, &n, reinterpret_cast<nvmlProcessInfo_v2_t*>(infos.data()));
       }
       if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
         infos.resize(n + 16);
@@ -184,15 +157,15 @@ std::vector<GpuReading> NvmlSampler::sample() {
     }
     // Per-process busy: each query covers the time since the previous one. A pid's figure
     // is the mean of its samples (a driver may return several) over that period.
-    if (api_->process_utilization == nullptr) continue;
+    if (api_->n.process_utilization == nullptr) continue;
     const unsigned long long now_us = realtime_us();
     std::vector<nvmlProcessUtilizationSample_t> samples(64);
     unsigned n = static_cast<unsigned>(samples.size());
-    nvmlReturn_t rc = api_->process_utilization(dev, samples.data(), &n, last_seen_us_[g]);
+    nvmlReturn_t rc = api_->n.process_utilization(dev, samples.data(), &n, last_seen_us_[g]);
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE) {
       samples.resize(n + 16);
       n = static_cast<unsigned>(samples.size());
-      rc = api_->process_utilization(dev, samples.data(), &n, last_seen_us_[g]);
+      rc = api_->n.process_utilization(dev, samples.data(), &n, last_seen_us_[g]);
     }
     if (rc != NVML_SUCCESS && rc != NVML_ERROR_NOT_FOUND) continue;
     r.process_busy_supported = true;

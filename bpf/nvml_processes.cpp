@@ -1,68 +1,46 @@
-// NVML through dlopen with the entry points resolved by name: _v3 of the process list
-// where the driver has it (its layout differs from the unversioned export's).
+// NVML's per-device process lists (hosted/nvml.h loads the library): _v3 of the list where
+// the driver has it (its layout differs from the unversioned export's).
 #include "nvml_processes.h"
-
-#include <dlfcn.h>
 
 #include <vector>
 
 #include "common/nvml_api.h"
+#include "hosted/nvml.h"
 
 namespace quanta::bpf {
-namespace {
-
-using InitFn = nvmlReturn_t (*)();
-using CountFn = nvmlReturn_t (*)(unsigned int*);
-using HandleFn = nvmlReturn_t (*)(unsigned int, nvmlDevice_t*);
-using UuidFn = nvmlReturn_t (*)(nvmlDevice_t, char*, unsigned int);
-using ProcessesFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
-using ProcessesV1Fn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v1_t*);
-
-template <typename F>
-F entry(void* handle, const char* name) {
-  return reinterpret_cast<F>(::dlsym(handle, name));
-}
-
-}  // namespace
 
 NvmlProcesses::NvmlProcesses() {
-  void* handle = ::dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!handle) {
+  const hosted::Nvml& nvml = hosted::nvml();
+  if (!nvml.loaded()) {
     note_ = "libnvidia-ml.so.1 not found: GPUs of unmanaged processes are not known";
     return;
   }
-  auto init = entry<InitFn>(handle, "nvmlInit_v2");
-  if (!init) init = entry<InitFn>(handle, "nvmlInit");
-  if (!init || init() != NVML_SUCCESS) {
+  if (nvml.init == nullptr || nvml.init() != NVML_SUCCESS) {
     note_ = "nvmlInit failed: GPUs of unmanaged processes are not known";
-    ::dlclose(handle);
     return;
   }
-  handle_ = handle;
+  initialised_ = true;
 }
 
 NvmlProcesses::~NvmlProcesses() {
-  if (!handle_) return;
-  if (auto shutdown = entry<InitFn>(handle_, "nvmlShutdown")) shutdown();
-  // Not dlclose'd: a driver library is not always safe to unload.
+  const hosted::Nvml& nvml = hosted::nvml();
+  if (initialised_ && nvml.shutdown != nullptr) nvml.shutdown();
 }
 
 void NvmlProcesses::refresh() {
-  if (!handle_) return;
-  auto count_fn = entry<CountFn>(handle_, "nvmlDeviceGetCount_v2");
-  if (!count_fn) count_fn = entry<CountFn>(handle_, "nvmlDeviceGetCount");
-  auto handle_fn = entry<HandleFn>(handle_, "nvmlDeviceGetHandleByIndex_v2");
-  if (!handle_fn) handle_fn = entry<HandleFn>(handle_, "nvmlDeviceGetHandleByIndex");
-  auto uuid_fn = entry<UuidFn>(handle_, "nvmlDeviceGetUUID");
-  auto v3 = entry<ProcessesFn>(handle_, "nvmlDeviceGetComputeRunningProcesses_v3");
-  auto v1 = entry<ProcessesV1Fn>(handle_, "nvmlDeviceGetComputeRunningProcesses");
+  if (!initialised_) return;
+  const hosted::Nvml& nvml = hosted::nvml();
+  const auto v3 = nvml.processes_v3;
+  const auto v1 = nvml.processes_v1;
   unsigned int count = 0;
-  if (!count_fn || !handle_fn || !uuid_fn || (!v3 && !v1) || count_fn(&count) != NVML_SUCCESS)
+  if (nvml.count == nullptr || nvml.handle_by_index == nullptr || nvml.uuid == nullptr || (!v3 && !v1) ||
+      nvml.count(&count) != NVML_SUCCESS)
     return;
   for (unsigned int i = 0; i < count; ++i) {
     nvmlDevice_t device = nullptr;
     char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    if (handle_fn(i, &device) != NVML_SUCCESS || uuid_fn(device, uuid, sizeof uuid) != NVML_SUCCESS)
+    if (nvml.handle_by_index(i, &device) != NVML_SUCCESS ||
+        nvml.uuid(device, uuid, sizeof uuid) != NVML_SUCCESS)
       continue;
     unsigned int n = 256;
     if (v3) {

@@ -1,36 +1,16 @@
-// NVML through dlopen: only the entry points naming devices, declared with NVML's C ABI
-// (opaque handles, int results, 0 = success), as arbiter/gpu_inventory.cpp does.
+// The node's GPUs by the names users give them: from the arbiter's list, or from NVML
+// (hosted/nvml.h loads the library) where no arbiter answers.
 #include "hooks/device_table.h"
 
-#include <dlfcn.h>
 #include <strings.h>
 
 #include <map>
 
 #include "hooks/admin_client.h"
 #include "hooks/error.h"
+#include "hosted/nvml.h"
 
 namespace quanta::hooks {
-namespace {
-
-using Device = struct NvmlDeviceOpaque*;
-using InitFn = int (*)();
-using CountFn = int (*)(unsigned*);
-using HandleFn = int (*)(unsigned, Device*);
-using UuidFn = int (*)(Device, char*, unsigned);
-using MinorFn = int (*)(Device, unsigned*);
-using MigCountFn = int (*)(Device, unsigned*);
-using MigHandleFn = int (*)(Device, unsigned, Device*);
-using ErrorStringFn = const char* (*)(int);
-
-template <typename F>
-F symbol(void* lib, const char* name, const char* fallback = nullptr) {
-  void* p = dlsym(lib, name);
-  if (p == nullptr && fallback != nullptr) p = dlsym(lib, fallback);
-  return reinterpret_cast<F>(p);
-}
-
-}  // namespace
 
 const GpuEntry* DeviceTable::find(const std::string& name) const {
   for (const GpuEntry& e : entries) {
@@ -60,43 +40,36 @@ DeviceTable arbiter_device_table(const std::string& admin_socket, uint64_t timeo
 }
 
 DeviceTable load_nvml_devices() {
-  void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) {
-    const char* why = dlerror();
-    throw HookError(std::string("cannot load NVML (libnvidia-ml.so.1): ") +
-                    (why ? why : "unknown error") +
+  const hosted::Nvml& nvml = hosted::nvml();
+  if (!nvml.loaded()) {
+    throw HookError("cannot load NVML (libnvidia-ml.so.1): " + nvml.load_error +
                     ": the GPUs' names cannot be resolved without the NVIDIA driver (a driver "
                     "outside the library path needs LD_LIBRARY_PATH in the hook's env)");
   }
-  auto init = symbol<InitFn>(lib, "nvmlInit_v2", "nvmlInit");
-  auto count = symbol<CountFn>(lib, "nvmlDeviceGetCount_v2", "nvmlDeviceGetCount");
-  auto handle =
-      symbol<HandleFn>(lib, "nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex");
-  auto uuid = symbol<UuidFn>(lib, "nvmlDeviceGetUUID");
-  auto minor = symbol<MinorFn>(lib, "nvmlDeviceGetMinorNumber");
-  auto mig_count = symbol<MigCountFn>(lib, "nvmlDeviceGetMaxMigDeviceCount");
-  auto mig_handle = symbol<MigHandleFn>(lib, "nvmlDeviceGetMigDeviceHandleByIndex");
-  auto error_string = symbol<ErrorStringFn>(lib, "nvmlErrorString");
-  auto fail = [&](const char* what, int rc) {
-    std::string text = std::string("NVML ") + what + " failed with code " + std::to_string(rc);
-    if (error_string != nullptr) text += std::string(" (") + error_string(rc) + ")";
-    throw HookError(text);
+  const auto count = nvml.count;
+  const auto handle = nvml.handle_by_index;
+  const auto uuid = nvml.uuid;
+  const auto minor = nvml.minor;
+  const auto mig_count = nvml.max_mig_count;
+  const auto mig_handle = nvml.mig_handle;
+  auto fail = [&](const char* what, nvmlReturn_t rc) {
+    throw HookError(std::string("NVML ") + what + " failed with " + nvml.describe(rc));
   };
-  if (init == nullptr || count == nullptr || handle == nullptr || uuid == nullptr)
+  if (nvml.init == nullptr || count == nullptr || handle == nullptr || uuid == nullptr)
     throw HookError("libnvidia-ml.so.1 lacks nvmlInit/nvmlDeviceGetCount/GetHandleByIndex/GetUUID");
-  if (int rc = init(); rc != 0) fail("nvmlInit", rc);
+  if (nvmlReturn_t rc = nvml.init(); rc != NVML_SUCCESS) fail("nvmlInit", rc);
   unsigned n = 0;
-  if (int rc = count(&n); rc != 0) fail("nvmlDeviceGetCount", rc);
+  if (nvmlReturn_t rc = count(&n); rc != NVML_SUCCESS) fail("nvmlDeviceGetCount", rc);
 
   DeviceTable table;
   std::map<int, int> top_level_instances;  // minor -> MIG instances listed at the top level
   for (unsigned i = 0; i < n; ++i) {
-    Device dev = nullptr;
-    if (int rc = handle(i, &dev); rc != 0) fail("nvmlDeviceGetHandleByIndex", rc);
-    char text[96] = {};
-    if (int rc = uuid(dev, text, sizeof(text)); rc != 0) fail("nvmlDeviceGetUUID", rc);
+    nvmlDevice_t dev = nullptr;
+    if (nvmlReturn_t rc = handle(i, &dev); rc != NVML_SUCCESS) fail("nvmlDeviceGetHandleByIndex", rc);
+    char text[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    if (nvmlReturn_t rc = uuid(dev, text, sizeof(text)); rc != NVML_SUCCESS) fail("nvmlDeviceGetUUID", rc);
     unsigned m = i;
-    if (minor == nullptr || minor(dev, &m) != 0) m = i;
+    if (minor == nullptr || minor(dev, &m) != NVML_SUCCESS) m = i;
     GpuEntry e;
     e.uuid = text;
     e.minor = static_cast<int>(m);
@@ -105,13 +78,13 @@ DeviceTable load_nvml_devices() {
                    : std::to_string(i);
     table.entries.push_back(e);
     unsigned migs = 0;
-    if (e.mig || mig_count == nullptr || mig_handle == nullptr || mig_count(dev, &migs) != 0)
+    if (e.mig || mig_count == nullptr || mig_handle == nullptr || mig_count(dev, &migs) != NVML_SUCCESS)
       continue;
     for (unsigned k = 0; k < migs; ++k) {
-      Device mig = nullptr;
-      if (mig_handle(dev, k, &mig) != 0 || mig == nullptr) continue;  // slot not populated
-      char mtext[96] = {};
-      if (uuid(mig, mtext, sizeof(mtext)) != 0) continue;
+      nvmlDevice_t mig = nullptr;
+      if (mig_handle(dev, k, &mig) != NVML_SUCCESS || mig == nullptr) continue;  // not made
+      char mtext[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+      if (uuid(mig, mtext, sizeof(mtext)) != NVML_SUCCESS) continue;
       table.entries.push_back(GpuEntry{std::to_string(i) + ":" + std::to_string(k), mtext,
                                        e.minor, true});
     }
