@@ -400,7 +400,14 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       Process& proc = it->second;
       Pod& pod = *pods_.find(proc.pod_index);
       if (pod.region.layout() != common::layout2::kVersion) continue;
-      open_region2(gpu);
+      try {
+        open_region2(gpu);
+      } catch (const RegionError& e) {
+        spdlog::error("no control region of shared-memory layout 2 on GPU {}: {}; its layout-2 "
+                      "processes attach afresh when they reconnect",
+                      index, e.what());
+        break;
+      }
       gpu.layout2_slots.set(s);
       proc.slots[index] = s;
       gpu.slot_pids[s] = pid;
