@@ -304,6 +304,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
                     printable(saved_pod.key), e.what());
       continue;
     }
+    if (pod->region.layout() == common::layout2::kVersion) previous_release_pods_.insert(pod->key);
     const std::set<pid_t> recorded(saved_pod.pids.begin(), saved_pod.pids.end());
     const std::set<pid_t> unanswered(scan.unanswered.begin(), scan.unanswered.end());
     for (uint32_t pi = 0; pi < common::kMaxProcsPerPod; ++pi) {
@@ -506,6 +507,15 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     }
     const common::Policy policy = pods_.resolve_policy(key);
     const common::RefusedAction action = unplaced_action(reg != nullptr, &policy);
+    // Layout 2 shows each slot's pid, pod and cap to the other layout-2 processes of a GPU:
+    // only pods the previous release placed get it, never one a process chooses it for.
+    if (layout == common::layout2::kVersion && pods_.find_key(key) == nullptr &&
+        previous_release_pods_.count(key) == 0) {
+      return refuse("pod " + key + " was not placed by the previous release, and this process's " +
+                        "libquanta.so maps shared-memory layout 2: only such pods are served in " +
+                        "that layout; restart the pod so that it loads the libquanta.so installed now",
+                    action);
+    }
     UniqueFd pidfd(fcntl(peer.pidfd.get(), F_DUPFD_CLOEXEC, 3));
     if (!pidfd) return refuse("pid " + std::to_string(pid) + " could not be watched", action);
     Pod* pod = nullptr;

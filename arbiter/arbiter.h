@@ -234,6 +234,9 @@ class Arbiter final : public TenantApi, public AdminApi {
   // Bytes every shim charges per context: [shim] context_overhead, or measured at start.
   uint64_t context_overhead_ = 0;
   ContextOverheads context_overheads_;
+  // Pods whose layout-2 regions this arbiter re-adopted at start (placed by the previous
+  // release): the only pods a process of shared-memory layout 2 may start a region for.
+  std::set<std::string> previous_release_pods_;
   // Keys the control slots' owner words (slot_owner.h); kept across restarts in the state file.
   SlotKey slot_key_{};
   std::map<pid_t, Process> processes_;

@@ -102,7 +102,8 @@ const char* refusal_reason(const std::string& text) {
   if (text.find("no region for pod") != std::string::npos) return "region";
   if (text.find("processes on the GPUs, the most") != std::string::npos) return "pod-full";
   if (text.find("speaks tenant protocol") != std::string::npos ||
-      text.find("must load one release's libquanta.so") != std::string::npos)
+      text.find("must load one release's libquanta.so") != std::string::npos ||
+      text.find("only such pods are served in that layout") != std::string::npos)
     return "version";
   return "other";
 }

@@ -7,12 +7,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
 
-#include "common/shm_layout_2.h"
 #include "common/version.h"
 #include "common/wire.h"
 #include "harness.h"
@@ -141,103 +139,41 @@ TEST(Integration, ArbiterAdmitsARawClientWithItsRegions) {
   munmap(const_cast<common::ControlRegion*>(mapped), sizeof(common::ControlRegion));
 }
 
-TEST(Integration, AShimOfThePreviousLayoutGetsRegionsOfThatLayoutAndNoneOfTheNewOnes) {
-  // A pod started under the previous release: its shim speaks tenant protocol 3 and maps
-  // shared-memory layout 2 (common/shm_layout_2.h). The arbiter answers in protocol 3 with
-  // regions of that layout, where its control slot names it and carries its pod's cap, in
-  // a control region of its own that no process of the current layout is given.
-  World world(test_name(), ArbiterConfig{.pods = {{"old", 2, "1Gi"}, {"new", 1, ""}}});
+TEST(Integration, APodThePreviousReleaseDidNotPlaceIsNeverServedInItsLayout) {
+  // Layout 2 (common/shm_layout_2.h) shows each slot's pid, pod and cap to the other
+  // layout-2 processes of a GPU. Only pods the previous release placed, re-adopted at the
+  // arbiter's start (tests/upgrade), get it: a process that speaks that release's protocol
+  // for a new pod is refused in that protocol, given no region, and counted.
+  World world(test_name(), ArbiterConfig{.pods = {{"chooser", 2, "1Gi"}}});
   world.start_arbiter();
   RawClient client(world.tenant_socket());
   ASSERT_TRUE(client.connected());
-  auto message = hello("old");
+  auto message = hello("chooser");
   message.header.version = 3;
   ASSERT_TRUE(client.send_bytes(&message, sizeof message));
   AnyReply reply{};
-  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::WelcomeMessage)));
-  ASSERT_EQ(reply.header.type, common::MessageType::kWelcome) << reply.refused.reason;
+  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::RefusedMessage)));
   EXPECT_EQ(reply.header.version, 3u) << "a protocol-3 shim is answered in protocol 3";
-  ASSERT_EQ(client.fds.size(), 2u);
+  ASSERT_EQ(reply.header.type, common::MessageType::kRefused);
+  EXPECT_TRUE(client.fds.empty()) << "no region of layout 2 for a pod it was not made for";
+  const std::string reason(reply.refused.reason, strnlen(reply.refused.reason, sizeof reply.refused.reason));
+  EXPECT_NE(reason.find("pod chooser was not placed by the previous release"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("restart the pod"), std::string::npos) << reason;
+  EXPECT_EQ(open_arbiter_region(world, world.scope() + ".gpu.0", O_RDONLY, 2), -1)
+      << "the arbiter made a control region of layout 2";
+  EXPECT_TRUE(eventually(5, [&] {
+    return world.arbiter_log().find("refusing pid " + std::to_string(getpid())) != std::string::npos;
+  })) << world.arbiter_log();
+  // The same pod in this release's protocol is served in this release's layout.
+  RawClient current(world.tenant_socket());
+  const auto now = hello("chooser");
+  ASSERT_TRUE(current.send_bytes(&now, sizeof now));
+  ASSERT_EQ(current.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::WelcomeMessage)));
+  ASSERT_EQ(reply.header.type, common::MessageType::kWelcome) << reply.refused.reason;
+  ASSERT_EQ(current.fds.size(), 2u);
   struct stat st {};
-  ASSERT_EQ(fstat(client.fds[0], &st), 0);
-  EXPECT_EQ(static_cast<size_t>(st.st_size), sizeof(common::layout2::PodRegion));
-  const auto* pod = map_fd<common::layout2::PodRegion>(client.fds[0], PROT_READ | PROT_WRITE);
-  ASSERT_NE(pod, nullptr);
-  EXPECT_EQ(pod->header.version, 2u);
-  const uint32_t proc_index = reply.welcome.proc_index;
-  EXPECT_EQ(pod->procs[proc_index].pid.load(), static_cast<uint32_t>(getpid()));
-
-  ControlView control(world, 0);
-  ASSERT_TRUE(control.ok());
-  common::AttachMessage attach{};
-  attach.header = common::make_header<common::AttachMessage>(common::MessageType::kAttach);
-  attach.header.version = 3;
-  std::memcpy(attach.uuid, control->header.uuid, sizeof attach.uuid);
-  ASSERT_TRUE(client.send_bytes(&attach, sizeof attach));
-  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::AttachedMessage)));
-  ASSERT_EQ(reply.header.type, common::MessageType::kAttached) << reply.attach_failed.reason;
-  EXPECT_EQ(reply.header.version, 3u);
-  ASSERT_EQ(client.fds.size(), 1u);
-  const uint32_t slot = reply.attached.slot;
-  ASSERT_LT(slot, common::kMaxSlotsPerGpu);
-  const auto* mapped = map_fd<common::layout2::ControlRegion>(client.fds[0], PROT_READ);
-  ASSERT_NE(mapped, nullptr);
-  EXPECT_EQ(mapped->header.version, 2u);
-  EXPECT_STREQ(mapped->header.uuid, control->header.uuid);
-  EXPECT_EQ(mapped->slots[slot].pid.load(), static_cast<uint32_t>(getpid()));
-  EXPECT_EQ(mapped->slots[slot].proc_index.load(), proc_index);
-  EXPECT_EQ(mapped->slots[slot].memory_cap.load(), 1ull << 30);
-  EXPECT_GT(mapped->slots[slot].quantum_ns.load(), 0u);
-  EXPECT_EQ(control->slots[slot].owner.load(), 0u) << "the slot is not in the current layout's region";
-  struct stat mine {}, current {};
-  ASSERT_EQ(fstat(client.fds[0], &mine), 0);
-  const int current_fd = open_arbiter_region(world, world.scope() + ".gpu.0", O_RDONLY, common::kLayoutVersion);
-  ASSERT_GE(current_fd, 0);
-  ASSERT_EQ(fstat(current_fd, &current), 0);
-  close(current_fd);
-  EXPECT_NE(mine.st_ino, current.st_ino) << "layout-2 slots live in a control region of their own";
-  // The heartbeat reaches that region too, so the shim's lease holds.
-  const uint64_t beat = mapped->header.heartbeat_ns.load();
-  EXPECT_TRUE(eventually(5, [&] { return mapped->header.heartbeat_ns.load() > beat; }));
-
-  // A process of the current release in the same pod is refused, naming both layouts; one of
-  // another pod gets the current layout.
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    for (const char* key : {"old", "new"}) {
-      RawClient other(world.tenant_socket());
-      auto h = hello(key);
-      AnyReply r{};
-      other.send_bytes(&h, sizeof h);
-      other.receive(&r, sizeof r);
-      std::string line = std::to_string(static_cast<uint32_t>(r.header.type)) + " " +
-                         std::string(r.refused.reason, strnlen(r.refused.reason, sizeof r.refused.reason)) + "\n";
-      if (r.header.type == common::MessageType::kWelcome) {
-        struct stat pst {};
-        fstat(other.fds.empty() ? -1 : other.fds[0], &pst);
-        line = "welcome " + std::to_string(pst.st_size) + "\n";
-      }
-      if (write(pipe_fds[1], line.data(), line.size()) < 0) _exit(2);
-    }
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  std::string out;
-  char buf[512];
-  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) out.append(buf, static_cast<size_t>(n));
-  close(pipe_fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  EXPECT_NE(out.find("3 pod old's other processes map shared-memory layout 2, this process's "
-                     "libquanta.so 3"),
-            std::string::npos)
-      << out;
-  EXPECT_NE(out.find("welcome " + std::to_string(sizeof(common::PodRegion))), std::string::npos) << out;
-  munmap(const_cast<common::layout2::PodRegion*>(pod), sizeof(common::layout2::PodRegion));
-  munmap(const_cast<common::layout2::ControlRegion*>(mapped), sizeof(common::layout2::ControlRegion));
+  ASSERT_EQ(fstat(current.fds[0], &st), 0);
+  EXPECT_EQ(static_cast<size_t>(st.st_size), sizeof(common::PodRegion));
 }
 
 TEST(Integration, ArbiterRefusesUnregisteredRawClientWithAReason) {
