@@ -17,13 +17,13 @@ namespace {
 
 using nlohmann::json;
 
-std::string drained_file(const NodeConfig& config) {
+std::string drained_file(const config::NodeConfig& config) {
   return config.state_dir + "/" + config.scope + ".drained";
 }
 
 }  // namespace
 
-std::set<std::string> load_drained(const NodeConfig& config) {
+std::set<std::string> load_drained(const config::NodeConfig& config) {
   std::set<std::string> uuids;
   std::ifstream in(drained_file(config));
   std::string line;

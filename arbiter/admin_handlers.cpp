@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "arbiter/arbiter.h"
-#include "arbiter/names.h"
 #include "common/clock.h"
 #include "common/pod_key.h"
 #include "common/version.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -107,7 +107,7 @@ json Arbiter::set_policy(const AdminRequest& request) {
   }
   std::string values;
   for (const auto& [k, v] : request.values) values += (values.empty() ? "" : " ") + k + "=" + v;
-  spdlog::info("policy of pod {} set live: {}", printable(pod), printable(values));
+  spdlog::info("policy of pod {} set live: {}", hosted::printable(pod), hosted::printable(values));
   return out;
 }
 
@@ -124,8 +124,8 @@ json Arbiter::unset_policy(const AdminRequest& request) {
   }
   std::string keys;
   for (const std::string& k : request.keys) keys += (keys.empty() ? "" : " ") + k;
-  spdlog::info("live policy override of pod {} removed: {}", printable(pod),
-               keys.empty() ? std::string("all of it") : printable(keys));
+  spdlog::info("live policy override of pod {} removed: {}", hosted::printable(pod),
+               keys.empty() ? std::string("all of it") : hosted::printable(keys));
   return json{{"ok", true}, {"pod", pod}};
 }
 
@@ -141,7 +141,7 @@ json Arbiter::policy_json(const AdminRequest& request) const {
   const std::string pod = pod_named(request.pod, &ambiguous);
   if (!ambiguous.empty()) return error(ambiguous);
   if (!pods_.known(pod))
-    return error("pod " + printable(pod) +
+    return error("pod " + hosted::printable(pod) +
                  " is not known to this arbiter (no registered container, no process and no "
                  "[pod] table): check its name with `quantactl status`");
   json values = json::array();
@@ -156,8 +156,8 @@ json Arbiter::register_container(const AdminRequest& request) {
   if (!err.empty()) return error(err);
   pods_.save_state();
   if (Pod* p = pods_.find_key(r.pod_key())) apply_policy(*p);
-  spdlog::info("registered container {} of pod {} (cgroup {})", printable(r.container_id),
-               printable(r.pod_key()), printable(r.cgroup_path));
+  spdlog::info("registered container {} of pod {} (cgroup {})", hosted::printable(r.container_id),
+               hosted::printable(r.pod_key()), hosted::printable(r.cgroup_path));
   return json{{"ok", true}, {"pod", r.pod_key()}};
 }
 
@@ -165,9 +165,10 @@ json Arbiter::unregister_container(const AdminRequest& request) {
   const std::string& id = request.container_id;
   auto reg = pods_.registrations().find(id);
   const std::string key = reg == pods_.registrations().end() ? "" : reg->second.pod_key();
-  if (!pods_.unregister_container(id)) return error("no registered container " + printable(id));
+  if (!pods_.unregister_container(id))
+    return error("no registered container " + hosted::printable(id));
   pods_.save_state();
-  spdlog::info("unregistered container {}", printable(id));
+  spdlog::info("unregistered container {}", hosted::printable(id));
   // The pod's policy is what its remaining registrations (or the node's tables) say now.
   if (Pod* p = pods_.find_key(key)) {
     apply_policy(*p);
@@ -232,7 +233,7 @@ json Arbiter::status_json() {
       over.push_back({{"pod", key},
                       {"nvml_memory_used", bytes != gpu->pod_nvml_bytes.end() ? bytes->second : 0},
                       {"memory_cap", pods_.resolve_policy(key).memory_limit},
-                      {"action", over_cap_name(config_.enforce.over_cap)}});
+                      {"action", config::over_cap_name(config_.enforce.over_cap)}});
     }
     uint32_t holder = region.header.holder.load();
     json holder_json = nullptr;
@@ -275,8 +276,8 @@ json Arbiter::status_json() {
               {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
               {"enforce",
                {{"enforce", config_.enforce.enforce},
-                {"unplaced", unplaced_name(config_.enforce.unplaced)},
-                {"over_cap", over_cap_name(config_.enforce.over_cap)}}},
+                {"unplaced", config::unplaced_name(config_.enforce.unplaced)},
+                {"over_cap", config::over_cap_name(config_.enforce.over_cap)}}},
               {"context_overhead", context_overhead_json()},
               {"tenant_connections", tenants_ ? tenants_->connections() : 0},
               {"metrics_listen", metrics_address()},

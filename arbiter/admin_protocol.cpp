@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/names.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -34,12 +34,13 @@ std::string policy_map(const json& j, const char* field, std::map<std::string, s
   if (j.is_null()) return "";
   if (!j.is_object()) return std::string(field) + " must be an object of key: value";
   for (const auto& [k, v] : j.items()) {
-    std::string err = check_text(k, std::string(field) + " key", 64);
+    std::string err = hosted::check_text(k, std::string(field) + " key", 64);
     if (!err.empty()) return err;
     std::string text;
     if (!policy_text(v, &text))
-      return std::string(field) + " value of " + printable(k) + " must be a string or a number";
-    err = check_text(text, std::string(field) + " value of " + printable(k), 256);
+      return std::string(field) + " value of " + hosted::printable(k) +
+             " must be a string or a number";
+    err = hosted::check_text(text, std::string(field) + " value of " + hosted::printable(k), 256);
     if (!err.empty()) return err;
     (*out)[k] = text;
   }
@@ -52,7 +53,7 @@ std::string text_field(const json& request, const char* name, std::string* out) 
   const json& v = request.at(name);
   if (!v.is_string()) return std::string(name) + " must be a string";
   *out = v.get<std::string>();
-  return check_text(*out, name, kMaxField);
+  return hosted::check_text(*out, name, kMaxField);
 }
 
 }  // namespace
@@ -114,7 +115,7 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
       for (const json& k : keys) {
         if (!k.is_string()) return "keys must be an array of policy keys (weight, priority, ...)";
         out->keys.push_back(k.get<std::string>());
-        if (!(err = check_text(out->keys.back(), "keys", 64)).empty()) return err;
+        if (!(err = hosted::check_text(out->keys.back(), "keys", 64)).empty()) return err;
       }
     }
     return "";
@@ -147,7 +148,9 @@ std::string parse_admin_request(std::string_view line, AdminRequest* out) {
     out->command = AdminRequest::Command::kUnregister;
     return text_field(request, "container_id", &out->container_id);
   }
-  return "unknown cmd \"" + printable(cmd) + "\": use status, top, explain, set, unset, policy, register, unregister, drain, undrain or devices";
+  return "unknown cmd \"" + hosted::printable(cmd) +
+         "\": use status, top, explain, set, unset, policy, register, unregister, drain, undrain "
+         "or devices";
 }
 
 }  // namespace quanta::arbiter

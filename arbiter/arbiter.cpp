@@ -22,12 +22,12 @@
 
 #include "arbiter/death_watch.h"
 #include "arbiter/gpu_inventory.h"
-#include "arbiter/names.h"
 #include "arbiter/observation.h"
 #include "arbiter/region_recovery.h"
 #include "arbiter/unix_socket.h"
 #include "common/clock.h"
 #include "common/futex.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 
@@ -43,7 +43,7 @@ constexpr int kContextMeasureTimeoutMs = 20'000;
 // gone through in a few seconds at the default lease.
 constexpr size_t kRegistrationsReapedPerBeat = 256;
 
-SchedulerOptions scheduler_options(const SchedulerConfig& c) {
+SchedulerOptions scheduler_options(const config::SchedulerConfig& c) {
   SchedulerOptions o;
   o.quantum_ns = c.quantum_ns;
   o.quantum_min_ns = c.quantum_min_ns;
@@ -78,14 +78,14 @@ void remove_named_regions(const std::string& scope) {
       spdlog::warn(
           "removed /dev/shm/{}, a region file of an older arbiter: its tenants are "
           "admitted afresh when they reconnect",
-          printable(name));
+          hosted::printable(name));
     }
   }
 }
 
 }  // namespace
 
-Arbiter::Arbiter(NodeConfig config)
+Arbiter::Arbiter(config::NodeConfig config)
     : config_(std::move(config)), tenant_log_(20, 10 * common::kNsPerSec), pods_(config_) {
   started_ns_ = monotonic_ns();
   pods_.close_replaced_with([this](int fd) { reaper_.close_later(fd); });
@@ -113,9 +113,10 @@ Arbiter::Arbiter(NodeConfig config)
     context_overheads_ = measure_context_overheads(gpu_info_, kContextMeasureTimeoutMs);
     context_overhead_ = context_overheads_.charge;
     for (const auto& [model, bytes] : context_overheads_.bytes_by_model)
-      spdlog::info("a CUDA context takes {} bytes on {} by NVML's count", bytes, printable(model));
+      spdlog::info("a CUDA context takes {} bytes on {} by NVML's count", bytes,
+                   hosted::printable(model));
     for (const std::string& e : context_overheads_.errors)
-      spdlog::warn("cannot measure a context's cost on {}", printable(e));
+      spdlog::warn("cannot measure a context's cost on {}", hosted::printable(e));
     spdlog::info("shims charge {} bytes per CUDA context{}", context_overhead_,
                  context_overheads_.bytes_by_model.empty()
                      ? " (nothing measured: set [shim] context_overhead to your GPUs' figure)"
@@ -229,7 +230,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
         pid, kRecoveryDeadlineMs);
   }
   for (const auto& [inode, f] : scan.regions) {
-    spdlog::debug("recovery: pid {} maps {} (inode {}){}", f.pid, printable(f.name), inode,
+    spdlog::debug("recovery: pid {} maps {} (inode {}){}", f.pid, hosted::printable(f.name), inode,
                   f.fd ? "" : ", which could not be reopened");
   }
   auto found = [&](uint64_t inode, const std::string& name) -> FoundRegion* {
@@ -301,7 +302,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       pod = &pods_.adopt(index, std::move(f->fd), saved_pod);
     } catch (const RegionError& e) {
       spdlog::error("not re-adopting the region of pod {}: {}; its processes are admitted afresh",
-                    printable(saved_pod.key), e.what());
+                    hosted::printable(saved_pod.key), e.what());
       continue;
     }
     if (pod->region.layout() == common::layout2::kVersion) previous_release_pods_.insert(pod->key);
@@ -324,7 +325,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       if (!genuine) {
         if (pidfd) {
           spdlog::warn("pod {} lists pid {}, which does not map its region: entry cleared",
-                       printable(pod->key), pid);
+                       hosted::printable(pod->key), pid);
         }
         reclaim_memory(*pod, pi);
         ++reclaimed;
@@ -367,20 +368,9 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
           gpu.slot_pids.count(found_slot->second) != 0)
         continue;
       const SlotId s = found_slot->second;
-      const common::ControlSlot& was = old.slots[s];
       Pod& pod = *pods_.find(proc.pod_index);
       if (pod.region.layout() != common::kLayoutVersion) continue;
-      proc.slots[index] = s;
-      gpu.slot_pids[s] = pid;
-      index_channels(gpu);
-      gpu.sched->set_pod_policy(pod.index, pod.policy);
-      gpu.sched->add_tenant(s, pod.index, now);
-      gpu.accounting.add_tenant(s, pod.key, now);
-      // The tenant switches to the new region when it re-attaches: the same turn keeps its
-      // place (odd: it held the grant when the last arbiter stopped).
-      region.slots[s].turn.store(was.turn.load());
-      fill_slot(gpu, s, proc, pod);
-      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(gpu.words(s));
+      carry_slot(gpu, s, proc, pod, old.slots[s].turn.load(), now);
     }
     auto holder = gpu.sched->holder();
     region.header.holder.store(holder ? *holder : common::kNoSlot);
@@ -410,15 +400,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
         break;
       }
       gpu.layout2_slots.set(s);
-      proc.slots[index] = s;
-      gpu.slot_pids[s] = pid;
-      index_channels(gpu);
-      gpu.sched->set_pod_policy(pod.index, pod.policy);
-      gpu.sched->add_tenant(s, pod.index, now);
-      gpu.accounting.add_tenant(s, pod.key, now);
-      gpu.region2->slots[s].turn.store(was.turn.load());
-      fill_slot(gpu, s, proc, pod);
-      if ((was.turn.load() & 1u) && !gpu.sched->adopt_holder(s, now)) bump_turn(gpu.words(s));
+      carry_slot(gpu, s, proc, pod, was.turn.load(), now);
     }
     auto holder = gpu.sched->holder();
     gpu.each_header([&](common::ControlHeader& h) { h.holder.store(holder ? *holder : common::kNoSlot); });
@@ -438,6 +420,22 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
   }
 }
 
+void Arbiter::carry_slot(Gpu& gpu, SlotId slot, Process& proc, const Pod& pod, uint32_t turn,
+                         uint64_t now) {
+  proc.slots[gpu.index] = slot;
+  gpu.slot_pids[slot] = proc.pid;
+  index_channels(gpu);
+  gpu.sched->set_pod_policy(pod.index, pod.policy);
+  gpu.sched->add_tenant(slot, pod.index, now);
+  gpu.accounting.add_tenant(slot, pod.key, now);
+  // The tenant switches to the new region when it re-attaches: the same turn keeps its
+  // place (odd: it held the grant when the last arbiter stopped).
+  const SlotWords words = gpu.words(slot);
+  words.turn.store(turn);
+  fill_slot(gpu, slot, proc, pod);
+  if ((turn & 1u) && !gpu.sched->adopt_holder(slot, now)) bump_turn(words);
+}
+
 void Arbiter::watch_process(Process& proc) {
   pid_t pid = proc.pid;
   loop_.add(proc.pidfd.get(), [this, pid](uint32_t) { on_death(pid); });
@@ -446,11 +444,11 @@ void Arbiter::watch_process(Process& proc) {
 common::RefusedAction Arbiter::unplaced_action(bool registered,
                                                const common::Policy* policy) const {
   switch (config_.enforce.unplaced) {
-    case UnplacedAction::kOpen:
+    case config::UnplacedAction::kOpen:
       return common::RefusedAction::kRunOpen;
-    case UnplacedAction::kClosed:
+    case config::UnplacedAction::kClosed:
       return common::RefusedAction::kDeny;
-    case UnplacedAction::kClosedIfCapped:
+    case config::UnplacedAction::kClosedIfCapped:
       return registered && policy != nullptr && policy->memory_limit != 0
                  ? common::RefusedAction::kDeny
                  : common::RefusedAction::kRunOpen;
@@ -485,7 +483,7 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
       key = reg->pod_key();
     } else if (!config_.allow_unregistered) {
       return refuse("pid " + std::to_string(pid) + " (cgroup " +
-                        (cgroup.empty() ? std::string("unknown") : printable(cgroup)) +
+                        (cgroup.empty() ? std::string("unknown") : hosted::printable(cgroup)) +
                         ") is not in a registered container and this node does not admit "
                         "unregistered processes (allow_unregistered = false)",
                     unplaced_action(false, nullptr));
@@ -494,7 +492,7 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
                         " is not in a registered container and names no pod: set QUANTA_POD=<name>",
                     unplaced_action(false, nullptr));
     } else {
-      std::string err = check_pod_key(claimed_pod, "QUANTA_POD");
+      std::string err = hosted::check_pod_key(claimed_pod, "QUANTA_POD");
       if (!err.empty()) return refuse(err, unplaced_action(false, nullptr));
       for (const auto& [id, r] : pods_.registrations()) {
         if (r.pod_key() == claimed_pod) {
@@ -570,8 +568,8 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     pods_.save_state();
     existing = processes_.find(pid);
     tenant_log_.log(spdlog::level::info, "admit", monotonic_ns(),
-                    "admitted pid {} into pod {} (pod region {}, entry {})", pid, printable(key),
-                    pod->index, proc_index);
+                    "admitted pid {} into pod {} (pod region {}, entry {})", pid,
+                    hosted::printable(key), pod->index, proc_index);
   }
   Process& proc = existing->second;
   Pod& pod = *pods_.find(proc.pod_index);
@@ -610,8 +608,8 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   const common::RefusedAction action = unplaced_action(proc.registered, &pod.policy);
   Gpu* gpu = gpu_by_uuid(uuid);
   if (gpu == nullptr) {
-    out.reason =
-        "GPU " + printable(uuid) + " is not managed by this arbiter; it manages " + managed_list();
+    out.reason = "GPU " + hosted::printable(uuid) + " is not managed by this arbiter; it manages " +
+                 managed_list();
     out.action = action;
     return out;
   }
@@ -622,7 +620,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
                  " gives " + (given.empty() ? std::string("none") : given) + ")";
     out.action = action;
     tenant_log_.log(spdlog::level::warn, "attach-refused", monotonic_ns(),
-                    "pid {} of pod {} asked for {}: {}", pid, printable(pod.key), gpu->uuid,
+                    "pid {} of pod {} asked for {}: {}", pid, hosted::printable(pod.key), gpu->uuid,
                     out.reason);
     return out;
   }
@@ -671,8 +669,8 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
     fill_slot(*gpu, slot, proc, pod);
     gpu->dirty = true;
     tenant_log_.log(spdlog::level::info, "attach", monotonic_ns(),
-                    "pid {} of pod {} attached to GPU {} as slot {}", proc.pid, printable(pod.key),
-                    gpu->uuid, slot);
+                    "pid {} of pod {} attached to GPU {} as slot {}", proc.pid,
+                    hosted::printable(pod.key), gpu->uuid, slot);
   }
   // Also on a re-attach (after an arbiter restart, or by a newer shim in the same slot).
   gpu->sched->set_reports_quiet(slot, request.reports_quiet);
@@ -941,7 +939,7 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
         tenant_log_.log(spdlog::level::warn, "pass-over", monotonic_ns(),
                         "pid {} of pod {} did not release GPU {} within {} ms of a revoke "
                         "(stopped or hung): passed over",
-                        pid, pod != nullptr ? printable(pod->key) : "?", gpu.uuid,
+                        pid, pod != nullptr ? hosted::printable(pod->key) : "?", gpu.uuid,
                         config_.scheduler.revoke_timeout_ns / 1000000);
         break;
       }
@@ -985,7 +983,7 @@ void Arbiter::on_death(pid_t pid) {
   tenant_log_.log(spdlog::level::info, "exit", now,
                   "pid {} of pod {} exited: its grants are free and {} bytes returned to the pod "
                   "ledger",
-                  pid, printable(key), returned);
+                  pid, hosted::printable(key), returned);
   after_events();  // hand the GPU on now, not after the rest of this batch
 }
 

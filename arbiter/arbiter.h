@@ -21,7 +21,6 @@
 
 #include "arbiter/accounting.h"
 #include "arbiter/admin_server.h"
-#include "arbiter/config.h"
 #include "arbiter/context_overhead.h"
 #include "arbiter/device_access.h"
 #include "arbiter/event_loop.h"
@@ -34,6 +33,7 @@
 #include "arbiter/scheduler.h"
 #include "arbiter/slot_owner.h"
 #include "arbiter/tenant_server.h"
+#include "config/node_config.h"
 
 namespace quanta::arbiter {
 
@@ -131,7 +131,7 @@ struct Process {
 };
 
 // UUIDs that `quantactl drain` left drained (admin_drain.cpp), re-applied at start.
-std::set<std::string> load_drained(const NodeConfig& config);
+std::set<std::string> load_drained(const config::NodeConfig& config);
 struct Observation;
 struct NodeFigures;
 
@@ -140,7 +140,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   // Discovers the GPUs, re-adopts what a previous arbiter left, binds the sockets. Throws
   // with one clear line on anything that prevents serving (never on a region a tenant
   // could have spoiled: those start afresh with a log line).
-  explicit Arbiter(NodeConfig config);
+  explicit Arbiter(config::NodeConfig config);
   ~Arbiter() override;
   // Serves until SIGTERM/SIGINT (or stop()).
   void run();
@@ -192,6 +192,10 @@ class Arbiter final : public TenantApi, public AdminApi {
   void reclaim_memory(Pod& pod, uint32_t proc_index);
   void apply_policy(Pod& pod);
   void fill_slot(Gpu& gpu, SlotId slot, const Process& proc, const Pod& pod);
+  // A slot of the previous arbiter's control region, carried over to re-adopted `proc`
+  // with the turn it had (an odd turn: it held the grant). The slot's layout is set first.
+  void carry_slot(Gpu& gpu, SlotId slot, Process& proc, const Pod& pod, uint32_t turn,
+                  uint64_t now);
   void watch_process(Process& proc);
   common::GateChannel& channel(const Process& proc, uint32_t gpu_index);
   Gpu* gpu_by_uuid(const std::string& uuid);
@@ -223,7 +227,7 @@ class Arbiter final : public TenantApi, public AdminApi {
   nlohmann::json top_json();
   nlohmann::json explain_json(const AdminRequest& request);
 
-  NodeConfig config_;
+  config::NodeConfig config_;
   EventLoop loop_;
   FdReaper reaper_;
   LogLimiter tenant_log_;

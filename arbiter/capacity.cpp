@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "arbiter/names.h"
-
 namespace quanta::arbiter {
 namespace {
 
@@ -47,37 +45,6 @@ double fill(const std::vector<size_t>& members, const std::vector<double>& weigh
 
 }  // namespace
 
-uint64_t FitProbe::memory_on(uint64_t gpu_memory) const {
-  if (memory_fraction > 0) {
-    return static_cast<uint64_t>(std::floor(static_cast<double>(gpu_memory) * memory_fraction));
-  }
-  return memory_bytes;
-}
-
-std::string parse_fit_probe(const std::string& share, const std::string& memory, FitProbe* out) {
-  FitProbe p;
-  common::ParseError err;
-  uint32_t ppm = 0;
-  if (!common::parse_share(share, &ppm, &err)) return err.text;
-  p.share = ppm / static_cast<double>(common::kShareScale);
-  p.share_label = share;
-  p.memory_label = memory;
-  if (!memory.empty() && memory.back() == '%') {
-    uint32_t fraction_ppm = 0;
-    if (!common::parse_share(memory, &fraction_ppm, &err)) {
-      return "memory \"" + printable(memory) + "\": a percentage of the GPU's memory in (0%, 100%]";
-    }
-    p.memory_fraction = fraction_ppm / static_cast<double>(common::kShareScale);
-  } else if (memory == "0") {
-    p.memory_bytes = 0;
-  } else if (!common::parse_bytes(memory, &p.memory_bytes, &err)) {
-    return "memory \"" + printable(memory) + "\": " + err.text +
-           ", or a percentage of the GPU (\"40%\")";
-  }
-  *out = p;
-  return "";
-}
-
 std::vector<double> expected_shares(const std::vector<PodLoad>& pods, uint32_t newcomers) {
   std::vector<PodLoad> all = pods;
   for (uint32_t k = 0; k < newcomers; ++k) {
@@ -115,7 +82,7 @@ std::vector<double> expected_shares(const std::vector<PodLoad>& pods, uint32_t n
 
 GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total,
                          uint64_t unmanaged_memory, uint32_t free_slots,
-                         const std::vector<FitProbe>& probes, double promised_min_share) {
+                         const std::vector<config::FitProbe>& probes, double promised_min_share) {
   GpuCapacity c;
   c.memory_total = memory_total;
   c.memory_promised = unmanaged_memory;
@@ -128,7 +95,7 @@ GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total
   c.memory_unpromised = memory_total > c.memory_promised ? memory_total - c.memory_promised : 0;
   c.new_pod_share = free_slots == 0 ? 0 : expected_shares(pods, 1).back();
 
-  for (const FitProbe& probe : probes) {
+  for (const config::FitProbe& probe : probes) {
     const uint64_t need = probe.memory_on(memory_total);
     uint64_t by_memory = need == 0 ? UINT64_MAX : c.memory_unpromised / need;
     uint64_t limit = std::min<uint64_t>(by_memory, free_slots);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/policy.h"
+#include "config/fit_probe.h"
 
 namespace quanta::arbiter {
 
@@ -25,23 +26,6 @@ struct PodLoad {
   uint64_t memory_cap = 0;   // 0 = none
   uint64_t memory_used = 0;  // its ledger on this GPU
 };
-
-// The size of a pod to fit: a share of GPU time it must get (or be promised) and device
-// memory, in bytes or as a fraction of the GPU's memory ("40%").
-struct FitProbe {
-  double share = 0;            // in (0, 1]
-  uint64_t memory_bytes = 0;   // used when memory_fraction is 0
-  double memory_fraction = 0;  // of the GPU's memory, in (0, 1]
-  std::string share_label;     // the label values as the config wrote them: "0.25", "40%"
-  std::string memory_label;
-
-  uint64_t memory_on(uint64_t gpu_memory) const;
-};
-
-// "SHARE" and "MEMORY" as the config gives them: a share as 0.25 or 25%; memory as bytes
-// with a Kubernetes suffix (10Gi) or a percentage of the GPU's memory (40%). Returns "" or
-// an error line naming the value and what is allowed.
-std::string parse_fit_probe(const std::string& share, const std::string& memory, FitProbe* out);
 
 struct GpuCapacity {
   uint64_t memory_total = 0;
@@ -60,7 +44,8 @@ struct GpuCapacity {
 // minimums is what new minimums must fit beside.
 GpuCapacity gpu_capacity(const std::vector<PodLoad>& pods, uint64_t memory_total,
                          uint64_t unmanaged_memory, uint32_t free_slots,
-                         const std::vector<FitProbe>& probes, double promised_min_share = 0);
+                         const std::vector<config::FitProbe>& probes,
+                         double promised_min_share = 0);
 
 // The shares the pods (and `newcomers` extra weight-1 batch pods that want the GPU all the
 // time) would receive: interactive pods take what they want first, best-effort pods only

@@ -89,7 +89,7 @@ struct NodeFigures {
   uint64_t taken_ns = 0;                     // CLOCK_MONOTONIC
   std::map<std::string, uint64_t> refusals;  // reason -> count
   uint32_t tenant_connections = 0;
-  std::vector<FitProbe> probes;
+  std::vector<config::FitProbe> probes;
   std::vector<uint32_t> node_fits;  // per probe, summed over the GPUs
   std::vector<GpuFigures> gpus;
 };

@@ -18,11 +18,11 @@
 #include <filesystem>
 
 #include "arbiter/arbiter.h"
-#include "arbiter/config.h"
 #include "arbiter/context_overhead.h"
 #include "arbiter/cpu_priority.h"
 #include "arbiter/gpu_inventory.h"
 #include "common/version.h"
+#include "config/node_config.h"
 
 namespace {
 
@@ -30,7 +30,7 @@ constexpr int kGpuRetrySeconds = 5;
 constexpr int kGpuReminderSeconds = 60;
 
 // One line for --check-config: what a person wants to know the file will do.
-std::string config_summary(const quanta::arbiter::NodeConfig& c) {
+std::string config_summary(const quanta::config::NodeConfig& c) {
   std::string gpus =
       c.gpus.empty() ? "every GPU NVML lists" : std::to_string(c.gpus.size()) + " listed GPU(s)";
   return c.source + ": ok (scope " + c.scope + ", tenant socket " + c.tenant_socket +
@@ -43,7 +43,7 @@ std::string config_summary(const quanta::arbiter::NodeConfig& c) {
 // A node agent can start before the driver is loaded or the GPU operator has finished:
 // retry discovery instead of exiting into a crash loop. Returns false when SIGTERM or
 // SIGINT arrives meanwhile (a clean stop, not an error).
-bool wait_for_gpus(const quanta::arbiter::NodeConfig& config) {
+bool wait_for_gpus(const quanta::config::NodeConfig& config) {
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGTERM);
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
       config_path = std::filesystem::exists("/etc/quanta/quanta.toml") ? "/etc/quanta/quanta.toml"
                                                                        : QUANTA_SOURCE_CONFIG;
     }
-    quanta::arbiter::NodeConfig config = quanta::arbiter::load_config(config_path);
+    quanta::config::NodeConfig config = quanta::config::load_config(config_path);
     if (check_config) {
       std::printf("quanta-arbiter: %s\n", config_summary(config).c_str());
       return 0;

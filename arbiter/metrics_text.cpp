@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "arbiter/names.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -104,7 +104,7 @@ std::string pod_labels(const std::string& gpu, const PodFigures& p) {
   return join({gpu, label("namespace", p.namespace_name), label("pod", p.pod_name)});
 }
 
-std::string probe_labels(const FitProbe& probe) {
+std::string probe_labels(const config::FitProbe& probe) {
   return join({label("share", probe.share_label), label("memory", probe.memory_label)});
 }
 
@@ -127,7 +127,7 @@ std::string escape_label_value(std::string_view value) {
     } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       out += "\xef\xbf\xbd";
     } else {
-      const size_t n = utf8_length(value, i);
+      const size_t n = hosted::utf8_length(value, i);
       if (n == 0) {
         out += "\xef\xbf\xbd";
         ++i;

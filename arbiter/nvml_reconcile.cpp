@@ -14,8 +14,8 @@
 
 #include "arbiter/arbiter.h"
 #include "arbiter/death_watch.h"
-#include "arbiter/names.h"
 #include "common/clock.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -91,15 +91,15 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
       const uint64_t bytes = gpu.pod_nvml_bytes[key];
       const bool new_finding = gpu.over_cap.count(key) == 0;
       switch (config_.enforce.over_cap) {
-        case OverCapAction::kReport:
+        case config::OverCapAction::kReport:
           if (new_finding) {
             tenant_log_.log(spdlog::level::warn, "over-cap", now,
                             "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {} "
                             "(over_cap = report)",
-                            printable(key), bytes, gpu.uuid, cap);
+                            hosted::printable(key), bytes, gpu.uuid, cap);
           }
           break;
-        case OverCapAction::kDeny: {
+        case config::OverCapAction::kDeny: {
           Pod* pod = pods_.find_key(key);
           if (pod == nullptr || pod->denied_caps.count(gpu.index) != 0) break;
           pod->denied_caps[gpu.index] = 1;
@@ -110,10 +110,10 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
           tenant_log_.log(spdlog::level::warn, "over-cap", now,
                           "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {}: its "
                           "further allocations there are refused (over_cap = deny)",
-                          printable(key), bytes, gpu.uuid, cap);
+                          hosted::printable(key), bytes, gpu.uuid, cap);
           break;
         }
-        case OverCapAction::kKill:
+        case config::OverCapAction::kKill:
           for (pid_t pid : pids_by_pod[key]) {
             auto admitted = processes_.find(pid);
             bool sent = false;
@@ -129,7 +129,7 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
               tenant_log_.log(spdlog::level::warn, "over-cap", now,
                               "killed pid {} of pod {}: the pod uses {} bytes of GPU {} by NVML's "
                               "count, over its cap of {} (over_cap = kill)",
-                              pid, printable(key), bytes, gpu.uuid, cap);
+                              pid, hosted::printable(key), bytes, gpu.uuid, cap);
             }
           }
           break;
@@ -143,7 +143,7 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
         if (proc.pod_index == pod.index) fill_slot(gpu, slot, proc, pod);
       }
       spdlog::info("pod {} is back under its cap on GPU {} by NVML's count: allocations allowed",
-                   printable(pod.key), gpu.uuid);
+                   hosted::printable(pod.key), gpu.uuid);
     }
     gpu.over_cap = std::move(over);
   }

@@ -15,8 +15,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "arbiter/names.h"
 #include "common/clock.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 
@@ -38,7 +38,8 @@ uint64_t random_tag() {
 
 }  // namespace
 
-PodRegistry::PodRegistry(const NodeConfig& config) : config_(config), now_(common::monotonic_ns) {}
+PodRegistry::PodRegistry(const config::NodeConfig& config)
+    : config_(config), now_(common::monotonic_ns) {}
 
 bool PodRegistry::dead(const std::string& container_id, const Registration& r) const {
   auto record = records_.find(container_id);
@@ -48,8 +49,8 @@ bool PodRegistry::dead(const std::string& container_id, const Registration& r) c
 
 void PodRegistry::drop_registration(std::map<std::string, Registration>::iterator it,
                                     const char* why) {
-  spdlog::warn("container {} of pod {} {}: its registration is dropped", printable(it->first),
-               printable(it->second.pod_key()), why);
+  spdlog::warn("container {} of pod {} {}: its registration is dropped",
+               hosted::printable(it->first), hosted::printable(it->second.pod_key()), why);
   erase_registration(it);
 }
 
@@ -119,8 +120,8 @@ std::string PodRegistry::registration_bound_error(const Registration& r) {
       it = next;
     }
     if (b.count() >= b.most)
-      return "container " + printable(r.container_id) + " of pod " + key + " is refused: " +
-             b.what + " already has " + std::to_string(b.count()) +
+      return "container " + hosted::printable(r.container_id) + " of pod " + key +
+             " is refused: " + b.what + " already has " + std::to_string(b.count()) +
              " registered containers, the most it may have (" + std::to_string(b.most) +
              "); a registration ends with its container";
   }
@@ -130,20 +131,21 @@ std::string PodRegistry::registration_bound_error(const Registration& r) {
 std::string PodRegistry::register_container(const Registration& r) {
   std::string err;
   if (r.container_id.empty()) return "register needs a container_id";
-  if (!(err = check_text(r.container_id, "container_id", 256)).empty()) return err;
+  if (!(err = hosted::check_text(r.container_id, "container_id", 256)).empty()) return err;
   if (r.cgroup_path.empty() || r.cgroup_path[0] != '/') {
     return "register needs cgroup_path, the container's cgroup as /proc/<pid>/cgroup shows it "
            "(\"/kubepods/…\")";
   }
-  if (!(err = check_text(r.cgroup_path, "cgroup_path", 4096)).empty()) return err;
-  if (!(err = check_text(r.container_name, "container_name", 256)).empty()) return err;
+  if (!(err = hosted::check_text(r.cgroup_path, "cgroup_path", 4096)).empty()) return err;
+  if (!(err = hosted::check_text(r.container_name, "container_name", 256)).empty()) return err;
   if (r.pod_name.empty() && r.pod_uid.empty())
     return "register needs pod_name (with pod_namespace) or pod_uid";
-  if (!(err = check_pod_key(r.pod_key(), "pod key")).empty()) return err;
+  if (!(err = hosted::check_pod_key(r.pod_key(), "pod key")).empty()) return err;
   for (const std::string& d : r.devices) {
     if (d.size() >= common::kUuidLen || (d.rfind("GPU-", 0) != 0 && d.rfind("MIG-", 0) != 0) ||
-        !check_pod_key(d, "device").empty())
-      return "container " + printable(r.container_id) + ": device \"" + printable(d) +
+        !hosted::check_pod_key(d, "device").empty())
+      return "container " + hosted::printable(r.container_id) + ": device \"" +
+             hosted::printable(d) +
              "\" is not a GPU or MIG UUID (GPU-… or MIG-…, as NVML reports it)";
   }
   const std::string key = r.pod_key();
@@ -156,11 +158,12 @@ std::string PodRegistry::register_container(const Registration& r) {
     const Registration& o = it->second;
     if (id == r.container_id || o.pod_uid == r.pod_uid) continue;
     if (cgroup_alive_(o.cgroup_path))
-      return "container " + printable(r.container_id) + " claims pod " + key + " with pod uid \"" +
-             printable(r.pod_uid) + "\", but a live container registered pod " + key +
+      return "container " + hosted::printable(r.container_id) + " claims pod " + key +
+             " with pod uid \"" + hosted::printable(r.pod_uid) +
+             "\", but a live container registered pod " + key +
              " with another uid: a pod's name belongs to one live pod (a recreated pod registers "
              "once the old one's containers are gone)";
-    spdlog::warn("pod {} is recreated with pod uid {}", key, printable(r.pod_uid));
+    spdlog::warn("pod {} is recreated with pod uid {}", key, hosted::printable(r.pod_uid));
     drop_registration(it, "left no poststop and its cgroup is gone");
   }
   // One pod, one policy: a runtime gives every container of a pod the pod's annotations,
@@ -171,10 +174,11 @@ std::string PodRegistry::register_container(const Registration& r) {
       if (id == r.container_id || o.policy == r.policy) continue;
       auto text = [](const std::map<std::string, std::string>& m) {
         std::string out;
-        for (const auto& [k, v] : m) out += (out.empty() ? "" : ", ") + k + "=" + printable(v);
+        for (const auto& [k, v] : m)
+          out += (out.empty() ? "" : ", ") + k + "=" + hosted::printable(v);
         return out.empty() ? std::string("no quanta.dev/* values") : out;
       };
-      return "container " + printable(r.container_id) + " of pod " + key + " asks for " +
+      return "container " + hosted::printable(r.container_id) + " of pod " + key + " asks for " +
              text(r.policy) + ", but the pod's running containers registered " + text(o.policy) +
              ": the containers of one pod share one policy (change it for the whole pod with "
              "quantactl set)";
@@ -183,24 +187,25 @@ std::string PodRegistry::register_container(const Registration& r) {
   if (!(err = registration_bound_error(r)).empty()) return err;
   common::Policy p = config_.defaults;
   for (const auto& [k, v] : r.policy) {
-    err = apply_policy_value(&p, k, v);
-    if (!err.empty()) return "container " + printable(r.container_id) + ": " + err;
+    err = config::apply_policy_value(&p, k, v);
+    if (!err.empty()) return "container " + hosted::printable(r.container_id) + ": " + err;
   }
   // What the pod asked for against its namespace's bounds; the operator's own overrides
   // (`quantactl set`, below) are not bounded.
   const std::string ns = namespace_of(key);
   const bool own_table = config_.namespace_bounds.count(ns) != 0;
   // (quanta-hook names the container and pod before the line it shows.)
-  err = bounds_error(config_.bounds_for(ns), own_table ? "[namespace.\"" + ns + "\"]" : "[bounds]", p, r.policy);
+  err = config::bounds_error(config_.bounds_for(ns),
+                             own_table ? "[namespace.\"" + ns + "\"]" : "[bounds]", p, r.policy);
   if (!err.empty()) return err;
   auto overridden = overrides_.find(r.pod_key());
   if (overridden != overrides_.end()) {
-    for (const auto& [k, v] : overridden->second) apply_policy_value(&p, k, v);
+    for (const auto& [k, v] : overridden->second) config::apply_policy_value(&p, k, v);
   }
-  err = policy_error(p);
+  err = config::policy_error(p);
   if (err.empty()) err = check_minimums(r.pod_key(), p, r.devices, overridden == overrides_.end());
   if (!err.empty())
-    return "container " + printable(r.container_id) + " of pod " + r.pod_key() + ": " + err;
+    return "container " + hosted::printable(r.container_id) + " of pod " + r.pod_key() + ": " + err;
   if (auto again = registrations_.find(r.container_id); again != registrations_.end())
     erase_registration(again);
   registrations_[r.container_id] = r;
@@ -342,7 +347,7 @@ std::set<std::string> PodRegistry::known_keys() const {
 void PodRegistry::forget_overrides_if_unknown(const std::string& pod_key) {
   auto it = overrides_.find(pod_key);
   if (it == overrides_.end() || known(pod_key)) return;
-  spdlog::info("pod {} is gone: its live policy override is forgotten", printable(pod_key));
+  spdlog::info("pod {} is gone: its live policy override is forgotten", hosted::printable(pod_key));
   overrides_.erase(it);
 }
 
@@ -360,12 +365,13 @@ const Registration* PodRegistry::match_cgroup(const std::string& cgroup) const {
 std::string PodRegistry::set_override(const std::string& pod_key,
                                       const std::map<std::string, std::string>& values) {
   if (pod_key.empty()) return "set needs a pod name";
-  std::string err = check_pod_key(pod_key, "pod");
+  std::string err = hosted::check_pod_key(pod_key, "pod");
   if (!err.empty()) return err;
   if (!known(pod_key))
-    return "pod " + printable(pod_key) +
+    return "pod " + hosted::printable(pod_key) +
            " is not known to this arbiter (no registered container, no process and no "
-           "[pod.\"" + printable(pod_key) + "\"] table): check its name with `quantactl status`";
+           "[pod.\"" +
+           hosted::printable(pod_key) + "\"] table): check its name with `quantactl status`";
   return apply_override(pod_key, values);
 }
 
@@ -377,10 +383,10 @@ std::string PodRegistry::apply_override(const std::string& pod_key,
            "memory-limit, quantum)";
   common::Policy probe = resolve_policy(pod_key);
   for (const auto& [k, v] : values) {
-    err = apply_policy_value(&probe, k, v);
+    err = config::apply_policy_value(&probe, k, v);
     if (!err.empty()) return err;
   }
-  err = policy_error(probe);
+  err = config::policy_error(probe);
   if (err.empty()) {
     std::vector<std::string> devices;
     bool registered = false;
@@ -437,10 +443,11 @@ std::string PodRegistry::unset_override(const std::string& pod_key,
                                         const std::vector<std::string>& keys) {
   auto it = overrides_.find(pod_key);
   if (it == overrides_.end())
-    return "pod " + printable(pod_key) + " has no live override (`quantactl policy` lists them)";
+    return "pod " + hosted::printable(pod_key) +
+           " has no live override (`quantactl policy` lists them)";
   for (const std::string& key : keys) {
     if (it->second.count(policy_key(key)) == 0)
-      return "pod " + printable(pod_key) + " has no live " + printable(key) +
+      return "pod " + hosted::printable(pod_key) + " has no live " + hosted::printable(key) +
              " override; it has: " + [&] {
                std::string have;
                for (const auto& [k, v] : it->second) have += (have.empty() ? "" : ", ") + k;
@@ -490,11 +497,11 @@ common::Policy PodRegistry::resolve_policy(const std::string& pod_key) const {
     // One pod, one policy: every registration of the pod carries the same values.
     p = config_.defaults;
     for (const auto& [k, v] : registrations_.at(*pod->second.begin()).policy)
-      apply_policy_value(&p, k, v);
+      config::apply_policy_value(&p, k, v);
   }
   auto it = overrides_.find(pod_key);
   if (it != overrides_.end()) {
-    for (const auto& [k, v] : it->second) apply_policy_value(&p, k, v);
+    for (const auto& [k, v] : it->second) config::apply_policy_value(&p, k, v);
   }
   return p;
 }
@@ -517,7 +524,7 @@ Pod& PodRegistry::get_or_create(const std::string& key, bool registered,
     if (claimed >= kMaxClaimedPods || same_cgroup >= kMaxClaimedPodsPerCgroup) {
       throw std::runtime_error("too many unregistered pods (" + std::to_string(claimed) +
                                " in all, " + std::to_string(same_cgroup) + " claimed from cgroup " +
-                               printable(claimed_from) + "; at most " +
+                               hosted::printable(claimed_from) + "; at most " +
                                std::to_string(kMaxClaimedPods) + " and " +
                                std::to_string(kMaxClaimedPodsPerCgroup) + ")");
     }
@@ -559,7 +566,7 @@ Pod& PodRegistry::adopt(uint32_t index, UniqueFd fd, const SavedPod& saved) {
   for (const auto& [i, p] : pods_) {
     if (p.key == pod.key)
       throw RegionError("pod regions " + std::to_string(i) + " and " + std::to_string(index) +
-                        " are both recorded for pod " + printable(pod.key));
+                        " are both recorded for pod " + hosted::printable(pod.key));
   }
   pod.policy = resolve_policy(pod.key);
   return pods_[index] = std::move(pod);
@@ -608,7 +615,7 @@ SavedState PodRegistry::load_state() {
   text << in.rdbuf();
   std::vector<std::string> warnings;
   SavedState saved = parse_state(text.str(), &warnings);
-  for (const std::string& w : warnings) spdlog::warn("{}: {}", state_file(), printable(w));
+  for (const std::string& w : warnings) spdlog::warn("{}: {}", state_file(), hosted::printable(w));
   for (const Registration& reg : saved.registrations) {
     std::string err = register_container(reg);
     if (!err.empty()) spdlog::warn("{}: dropping a saved registration: {}", state_file(), err);
@@ -618,12 +625,13 @@ SavedState PodRegistry::load_state() {
     for (const auto& [index, p] : saved.pods) had_region = had_region || p.key == pod;
     if (!had_region && !known(pod)) {
       spdlog::info("{}: pod {} is gone: its live policy override is forgotten", state_file(),
-                   printable(pod));
+                   hosted::printable(pod));
       continue;
     }
     std::string err = apply_override(pod, values);
     if (!err.empty()) {
-      spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(), printable(pod), err);
+      spdlog::warn("{}: dropping saved settings of pod {}: {}", state_file(),
+                   hosted::printable(pod), err);
     }
   }
   return saved;

@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/config.h"
 #include "arbiter/regions.h"
 #include "arbiter/registration.h"
 #include "arbiter/state_file.h"
 #include "common/policy.h"
+#include "config/node_config.h"
 
 namespace quanta::arbiter {
 
@@ -64,7 +64,7 @@ class PodRegistry {
   // be creating it.
   static constexpr uint64_t kRegistrationGraceNs = 10ull * 1000 * 1000 * 1000;
 
-  explicit PodRegistry(const NodeConfig& config);
+  explicit PodRegistry(const config::NodeConfig& config);
 
   // Registrations. register_container validates names and the policy; "" or an error line.
   // A pod key (namespace/name) belongs to one pod uid while a container of that pod lives:
@@ -177,7 +177,7 @@ class PodRegistry {
   // the dead registrations that count against that bound.
   std::string registration_bound_error(const Registration& r);
 
-  const NodeConfig& config_;
+  const config::NodeConfig& config_;
   std::map<std::string, Registration> registrations_;
   // Per registration: when it was made (this arbiter's clock; a restart starts the grace
   // again) and its text in the state file.

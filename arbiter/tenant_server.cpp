@@ -15,11 +15,11 @@
 #include <cstring>
 
 #include "arbiter/death_watch.h"
-#include "arbiter/names.h"
 #include "arbiter/tenant_protocol.h"
 #include "arbiter/unix_socket.h"
 #include "common/clock.h"
 #include "common/version.h"
+#include "hosted/names.h"
 
 #ifndef SO_PASSRIGHTS
 #define SO_PASSRIGHTS 83
@@ -156,8 +156,8 @@ void TenantServer::on_accept() {
       log_.log(spdlog::level::warn, "accept-limit", now,
                "refusing a tenant connection of pid {} (cgroup {}): {} from it, {} from its cgroup "
                "and {} in all have not said Hello yet",
-               peer.pid, printable(cgroup), pending_by_pid_[peer.pid], pending_by_cgroup_[cgroup],
-               pending_.size());
+               peer.pid, hosted::printable(cgroup), pending_by_pid_[peer.pid],
+               pending_by_cgroup_[cgroup], pending_.size());
       reaper_.close_later(fd);
       continue;
     }
@@ -302,7 +302,7 @@ void TenantServer::refuse(Connection& conn, const std::string& reason,
                           common::RefusedAction action) {
   api_.refused(reason);
   log_.log(spdlog::level::info, "refuse", common::monotonic_ns(), "refusing pid {}: {}{}",
-           conn.peer.pid, printable(reason),
+           conn.peer.pid, hosted::printable(reason),
            action == common::RefusedAction::kDeny ? " (denied CUDA)" : "");
   auto m = make_message<common::RefusedMessage>(MessageType::kRefused, conn.protocol);
   m.action = action;

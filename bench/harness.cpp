@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "common/policy.h"
-#include "hooks/admin_client.h"
+#include "hosted/admin_client.h"
 
 namespace quanta::bench {
 
@@ -80,8 +80,8 @@ nlohmann::json Admission::to_json() const {
 }
 
 nlohmann::json admin_request(const std::string& socket_path, const nlohmann::json& request) {
-  const hooks::AdminReply reply = hooks::admin_request(socket_path, request, 3'000'000'000);
-  return reply.outcome == hooks::AdminOutcome::kUnreachable ? nlohmann::json(nullptr)
+  const hosted::AdminReply reply = hosted::admin_request(socket_path, request, 3'000'000'000);
+  return reply.outcome == hosted::AdminOutcome::kUnreachable ? nlohmann::json(nullptr)
                                                              : reply.response;
 }
 

@@ -31,7 +31,7 @@ std::optional<double> number(const Json& obj, const char* key) {
   return obj.contains(key) && obj[key].is_number() ? std::optional<double>(obj[key].get<double>()) : std::nullopt;
 }
 
-// Keeps the figures DESIGN.md names (plus context) out of a batch-mix result.
+// Keeps the figures METHODS.md names (plus context) out of a batch-mix result.
 Json summary(const Json& mix) {
   Json out = Json::object();
   for (const char* key : {"max_share_error_pp", "handoff_p50_us", "handoff_p99_us",

@@ -1,6 +1,7 @@
-// The scenarios DESIGN.md lists, each one function that runs its configurations side by
-// side (native baseline and Quanta, plus solo or direct where they apply) and returns the
-// scenario's JSON object, figures it could not measure as null with a note saying why.
+// The scenarios of `make bench` (METHODS.md), each one function that runs its
+// configurations side by side (native baseline and Quanta, plus solo or direct where they
+// apply) and returns the scenario's JSON object, figures it could not measure as null with
+// a note saying why.
 #pragma once
 
 #include "harness.h"

@@ -5,23 +5,22 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "hosted/admin_client.h"
 #include "hosted/unique_fd.h"
 #include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {
+
+constexpr uint64_t kStatusTimeoutNs = 3'000'000'000;  // the whole exchange
 
 std::set<uint64_t> socket_inodes(pid_t pid) {
   std::set<uint64_t> inodes;
@@ -68,46 +67,24 @@ std::optional<nlohmann::json> query_status(pid_t pid, const std::string& socket_
     *error = "cannot open admin socket " + through + ": " + errno_text(errno);
     return std::nullopt;
   }
-  const hosted::UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::snprintf(address.sun_path, sizeof address.sun_path, "/proc/self/fd/%d", path_fd.get());
-  if (sock.get() < 0 ||
-      ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    *error = "cannot connect to admin socket " + socket_path + " of arbiter " +
-             std::to_string(pid) + ": " + errno_text(errno);
-    return std::nullopt;
-  }
-  const std::string request = "{\"cmd\":\"status\"}\n";
-  if (::send(sock.get(), request.data(), request.size(), MSG_NOSIGNAL) !=
-      static_cast<ssize_t>(request.size())) {
-    *error = "cannot send to admin socket " + socket_path + ": " + errno_text(errno);
-    return std::nullopt;
-  }
-  std::string reply;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
-  while (reply.find('\n') == std::string::npos) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    pollfd p{sock.get(), POLLIN, 0};
-    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0) {
-      *error = "arbiter " + std::to_string(pid) + " did not answer status within 3 s";
+  // The socket is reached through the descriptor, so a path that only resolves in the
+  // arbiter's mount namespace still names the same socket.
+  const std::string through_fd = "/proc/self/fd/" + std::to_string(path_fd.get());
+  const hosted::AdminReply reply =
+      hosted::admin_request(through_fd, {{"cmd", "status"}}, kStatusTimeoutNs);
+  switch (reply.outcome) {
+    case hosted::AdminOutcome::kAnswered:
+      return reply.response;
+    case hosted::AdminOutcome::kRefused:
+      *error = "arbiter " + std::to_string(pid) + " answered status with: " +
+               reply.response.dump().substr(0, 200);
       return std::nullopt;
-    }
-    char buf[65536];
-    const ssize_t n = ::read(sock.get(), buf, sizeof buf);
-    if (n <= 0) {
-      *error = "arbiter " + std::to_string(pid) + " closed the admin socket";
-      return std::nullopt;
-    }
-    reply.append(buf, static_cast<size_t>(n));
+    case hosted::AdminOutcome::kUnreachable:
+      break;
   }
-  auto status = nlohmann::json::parse(reply.substr(0, reply.find('\n')), nullptr, false);
-  if (!status.is_object() || !status.value("ok", false)) {
-    *error = "arbiter " + std::to_string(pid) + " answered status with: " + reply.substr(0, 200);
-    return std::nullopt;
-  }
-  return status;
+  *error = "arbiter " + std::to_string(pid) + " (admin socket " + socket_path +
+           "): " + reply.reason;
+  return std::nullopt;
 }
 
 }  // namespace quanta::bpf

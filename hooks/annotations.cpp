@@ -4,7 +4,7 @@
 
 #include <cctype>
 
-#include "arbiter/config.h"
+#include "config/node_config.h"
 #include "hooks/error.h"
 
 namespace quanta::hooks {
@@ -14,7 +14,7 @@ namespace {
 // it for a key it does not know.
 std::string allowed_keys() {
   common::Policy scratch;
-  std::string err = arbiter::apply_policy_value(&scratch, "", "");
+  std::string err = config::apply_policy_value(&scratch, "", "");
   const size_t at = err.find("allowed keys");
   return at == std::string::npos ? err : err.substr(at);
 }
@@ -34,7 +34,7 @@ PodPolicy validate_annotations(const std::map<std::string, std::string>& annotat
     const std::string shown_key = plain ? key : shown(key);
     std::string err = name.empty() || name.find('/') != std::string::npos
                           ? "unknown policy key " + shown(name) + ": " + allowed_keys()
-                          : arbiter::apply_policy_value(&p.resolved, name, value);
+                          : config::apply_policy_value(&p.resolved, name, value);
     if (err.empty()) {
       p.values[name] = value;
       continue;

@@ -1,5 +1,5 @@
 // The pod's quanta.dev/* annotations, validated by the parser the node config and
-// `quantactl set` use (arbiter/config.h apply_policy_value), so every form one accepts the
+// `quantactl set` use (config/node_config.h apply_policy_value), so every form one accepts the
 // others accept too. docs/annotations.md lists them; a test holds the two together.
 #pragma once
 

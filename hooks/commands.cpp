@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <iostream>
 
-#include "arbiter/config.h"
+#include "config/node_config.h"
 #include "hooks/cdi_spec.h"
 #include "hooks/error.h"
 #include "hooks/hooksd.h"
@@ -27,16 +27,16 @@ std::string absolute(const std::string& path) {
 }
 
 // The config named, or the built-in defaults when the default path does not exist.
-arbiter::NodeConfig load(const CommonArgs& c) {
-  if (!c.config_given && !std::filesystem::exists(c.config)) return arbiter::NodeConfig{};
+config::NodeConfig load(const CommonArgs& c) {
+  if (!c.config_given && !std::filesystem::exists(c.config)) return config::NodeConfig{};
   try {
-    return arbiter::load_config(c.config);
-  } catch (const arbiter::ConfigError& e) {
+    return config::load_config(c.config);
+  } catch (const config::ConfigError& e) {
     throw HookError(e.what());
   }
 }
 
-Layout layout_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
+Layout layout_of(const CommonArgs& c, const config::NodeConfig& config) {
   Layout l;
   l.prefix = absolute(c.prefix);
   l.host_socket = c.socket.empty() ? config.tenant_socket : c.socket;
@@ -47,7 +47,7 @@ Layout layout_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
   return l;
 }
 
-CdiOptions options_of(const CommonArgs& c, const arbiter::NodeConfig& config) {
+CdiOptions options_of(const CommonArgs& c, const config::NodeConfig& config) {
   CdiOptions o;
   o.layout = layout_of(c, config);
   o.hook_timeout_ns = config.hook.timeout_ns;
@@ -59,7 +59,7 @@ void wrote(const std::string& path) {
   std::fprintf(stderr, "quanta-hook: wrote %s\n", printable(path).c_str());
 }
 
-void write_node_files(const arbiter::NodeConfig& config, const Layout& layout) {
+void write_node_files(const config::NodeConfig& config, const Layout& layout) {
   write_file_atomically(layout.node_conf(), node_conf_text(config, layout), 0644);
   wrote(layout.node_conf());
   write_file_atomically(layout.preload(), preload_text(), 0644);
@@ -131,7 +131,7 @@ void check_take_over_priority(const std::string& vendor_spec, const std::string&
 }
 
 void cdi_generate(const CdiGenerateArgs& a) {
-  const arbiter::NodeConfig config = load(a.common);
+  const config::NodeConfig config = load(a.common);
   const CdiOptions options = options_of(a.common, config);
   nlohmann::json spec;
   std::string default_output = "/var/run/cdi/quanta";
@@ -170,7 +170,7 @@ void cdi_generate(const CdiGenerateArgs& a) {
 void hooksd_generate(const HooksdGenerateArgs& a) {
   if (a.format != "json")
     throw HookError("--format " + shown(a.format) + " is not allowed: hooks.d files are json");
-  const arbiter::NodeConfig config = load(a.common);
+  const config::NodeConfig config = load(a.common);
   const CdiOptions options = options_of(a.common, config);
   if (!a.spec_only) write_node_files(config, options.layout);
   for (const auto& [name, file] : hooksd_files(options)) {

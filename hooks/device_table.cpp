@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "hooks/admin_client.h"
+#include "hosted/admin_client.h"
 #include "hooks/error.h"
 #include "hosted/nvml.h"
 
@@ -20,9 +20,9 @@ const GpuEntry* DeviceTable::find(const std::string& name) const {
 }
 
 DeviceTable arbiter_device_table(const std::string& admin_socket, uint64_t timeout_ns) {
-  const AdminReply reply = admin_request(admin_socket, {{"cmd", "devices"}}, timeout_ns);
-  if (reply.outcome == AdminOutcome::kUnreachable) throw ArbiterUnreachable(reply.reason);
-  if (reply.outcome == AdminOutcome::kRefused)
+  const hosted::AdminReply reply = hosted::admin_request(admin_socket, {{"cmd", "devices"}}, timeout_ns);
+  if (reply.outcome == hosted::AdminOutcome::kUnreachable) throw ArbiterUnreachable(reply.reason);
+  if (reply.outcome == hosted::AdminOutcome::kRefused)
     throw HookError("the arbiter did not list the node's GPUs: " + reply.reason);
   DeviceTable table;
   const auto list = reply.response.find("devices");

@@ -1,15 +1,15 @@
 // HookError's helpers for showing untrusted text in its one line. The escaping rule is the
-// arbiter's (arbiter/names.h printable): one rule for every line Quanta writes about text a
+// hosted helpers' (hosted/names.h printable): one rule for every line Quanta writes about text a
 // pod or an image chose.
 #include "hooks/error.h"
 
-#include "arbiter/names.h"
+#include "hosted/names.h"
 
 namespace quanta::hooks {
 
 std::string printable(const std::string& text) {
   // A line built from parts that shown() escaped already: its backslashes stay as they are.
-  return arbiter::printable(text, /*escape_backslash=*/false);
+  return hosted::printable(text, /*escape_backslash=*/false);
 }
 
 std::string shown(const std::string& text) {
@@ -20,7 +20,7 @@ std::string shown(const std::string& text) {
     while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
   }
   std::string out = "\"";
-  for (char c : arbiter::printable(std::string_view(text).substr(0, cut))) {
+  for (char c : hosted::printable(std::string_view(text).substr(0, cut))) {
     if (c == '"') out += '\\';
     out += c;
   }

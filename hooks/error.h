@@ -10,7 +10,7 @@
 namespace quanta::hooks {
 
 // `text` with control characters, C1 controls and bidirectional overrides escaped (\x0a),
-// by the arbiter's one rule (arbiter/names.h): what a hostile value put into a message
+// by Quanta's one rule (hosted/names.h): what a hostile value put into a message
 // cannot start a line of its own in the runtime's log or reorder it.
 std::string printable(const std::string& text);
 

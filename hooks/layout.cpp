@@ -34,14 +34,14 @@ std::vector<QuantaMount> quanta_mounts(const Layout& layout) {
   };
 }
 
-std::string node_conf_text(const arbiter::NodeConfig& config, const Layout& layout) {
+std::string node_conf_text(const config::NodeConfig& config, const Layout& layout) {
   std::string text =
       "# Quanta's node-wide settings for libquanta.so, written by `quanta-hook cdi generate`\n"
       "# from " +
       (config.source.empty() ? std::string("the built-in defaults") : config.source) +
       "; mounted read-only at " + kContainerNodeConf + ".\n";
   text += std::string("enforce = ") + (config.enforce.enforce ? "on" : "off") + "\n";
-  text += std::string("unplaced = ") + arbiter::unplaced_name(config.enforce.unplaced) + "\n";
+  text += std::string("unplaced = ") + config::unplaced_name(config.enforce.unplaced) + "\n";
   text += "socket = " + layout.container_socket() + "\n";
   return text;
 }
@@ -55,11 +55,14 @@ std::string container_conf_placeholder_text() {
                      "# at its creation. A container that reads this one was not registered by it.\n");
 }
 
-bool unplaced_closed(const arbiter::NodeConfig& config, bool capped) {
+bool unplaced_closed(const config::NodeConfig& config, bool capped) {
   switch (config.enforce.unplaced) {
-    case arbiter::UnplacedAction::kOpen: return false;
-    case arbiter::UnplacedAction::kClosed: return true;
-    case arbiter::UnplacedAction::kClosedIfCapped: return capped;
+    case config::UnplacedAction::kOpen:
+      return false;
+    case config::UnplacedAction::kClosed:
+      return true;
+    case config::UnplacedAction::kClosedIfCapped:
+      return capped;
   }
   return true;
 }

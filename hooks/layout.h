@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/config.h"
+#include "config/node_config.h"
 
 namespace quanta::hooks {
 
@@ -63,7 +63,7 @@ struct QuantaMount {
 std::vector<QuantaMount> quanta_mounts(const Layout& layout);
 
 // /etc/quanta/node.conf: the node's enforcement settings for every shim.
-std::string node_conf_text(const arbiter::NodeConfig& config, const Layout& layout);
+std::string node_conf_text(const config::NodeConfig& config, const Layout& layout);
 // The preload list: the library's in-container path.
 std::string preload_text();
 // <prefix>/etc/container.conf, what a container sees when no hook mounted its own.
@@ -73,7 +73,7 @@ std::string container_conf_placeholder_text();
 std::string container_conf_text(const std::string& container_id, const std::string& pod_key,
                                  bool capped, bool closed);
 // "open" or "closed": what the node's [enforce] unplaced means for a pod.
-bool unplaced_closed(const arbiter::NodeConfig& config, bool capped);
+bool unplaced_closed(const config::NodeConfig& config, bool capped);
 
 // Writes `text` to `path` through a temporary file and rename(2), so a reader (a runtime
 // loading CDI specs) never sees half a file. Creates the folder. Throws HookError.

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "hooks/admin_client.h"
+#include "hosted/admin_client.h"
 #include "hooks/annotations.h"
 #include "hooks/bundle.h"
 #include "hooks/cgroup.h"
@@ -44,7 +44,7 @@ void create_runtime(StageContext& ctx) {
       ctx.devices ? ctx.devices : [&ctx] {
         return arbiter_device_table(ctx.config.admin_socket, ctx.config.hook.timeout_ns);
       };
-  AdminReply reply;
+  hosted::AdminReply reply;
   try {
     std::vector<std::string> notes;
     const std::vector<std::string> devices =
@@ -59,26 +59,26 @@ void create_runtime(StageContext& ctx) {
                            {"cgroup_path", cgroup},
                            {"devices", devices},
                            {"policy", policy.values}};
-    reply = admin_request(ctx.config.admin_socket, request, ctx.config.hook.timeout_ns);
+    reply = hosted::admin_request(ctx.config.admin_socket, request, ctx.config.hook.timeout_ns);
   } catch (const ArbiterUnreachable& e) {
-    reply.outcome = AdminOutcome::kUnreachable;
+    reply.outcome = hosted::AdminOutcome::kUnreachable;
     reply.reason = e.what();
   }
   std::string pod_key = pod.key();
   const bool closed = unplaced_closed(ctx.config, policy.capped());
   switch (reply.outcome) {
-    case AdminOutcome::kAnswered: {
+    case hosted::AdminOutcome::kAnswered: {
       auto answered = reply.response.find("pod");
       if (answered != reply.response.end() && answered->is_string())
         pod_key = answered->get<std::string>();
       break;
     }
-    case AdminOutcome::kRefused:
+    case hosted::AdminOutcome::kRefused:
       throw HookError("the arbiter refused container " + s.id + " of pod " + pod_key + ": " +
                       reply.reason);
-    case AdminOutcome::kUnreachable: {
+    case hosted::AdminOutcome::kUnreachable: {
       const std::string rule =
-          std::string("[enforce] unplaced = ") + arbiter::unplaced_name(ctx.config.enforce.unplaced);
+          std::string("[enforce] unplaced = ") + config::unplaced_name(ctx.config.enforce.unplaced);
       if (closed)
         throw HookError("refusing container " + s.id + " of pod " + pod_key + ": " +
                         reply.reason + ", and " + rule +
@@ -119,10 +119,10 @@ void poststop(StageContext& ctx) {
   } catch (const HookError& e) {
     ctx.notes.push_back("container " + s.id + ": " + e.what() + "; unregistering it anyway");
   }
-  const AdminReply reply = admin_request(ctx.config.admin_socket,
+  const hosted::AdminReply reply = hosted::admin_request(ctx.config.admin_socket,
                                          {{"cmd", "unregister"}, {"container_id", s.id}},
                                          ctx.config.hook.timeout_ns);
-  if (reply.outcome == AdminOutcome::kUnreachable)
+  if (reply.outcome == hosted::AdminOutcome::kUnreachable)
     ctx.notes.push_back("container " + s.id + " could not be unregistered: " + reply.reason +
                         "; the registration stays in the arbiter's state, matching no process once the container's cgroup is gone");
   ::unlink(bundle_conf_path(s).c_str());

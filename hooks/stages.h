@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/config.h"
+#include "config/node_config.h"
 #include "hooks/cgroup.h"
 #include "hooks/device_table.h"
 #include "hooks/layout.h"
@@ -25,7 +25,7 @@
 namespace quanta::hooks {
 
 struct StageContext {
-  arbiter::NodeConfig config;
+  config::NodeConfig config;
   Layout layout;
   OciState state;
   // The node's GPU table; unset means the arbiter's (arbiter_device_table).

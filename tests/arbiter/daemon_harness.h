@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/wire.h"
+#include "tests/support/temp_dir.h"
 
 namespace quanta::arbiter::testing {
 
@@ -164,8 +165,6 @@ class Daemon {
  public:
   explicit Daemon(std::string extra_config = "", bool allow_unregistered = true) {
     static int counter = 0;
-    char tmpl[] = "/tmp/quanta-arbiter-test-XXXXXX";
-    dir_ = mkdtemp(tmpl);
     scope_ = "qat" + std::to_string(getpid()) + "x" + std::to_string(counter++);
     sim_state_ = scope_ + "-sim";
     std::ofstream cfg(dir_ + "/quanta.toml");
@@ -182,7 +181,6 @@ class Daemon {
       if (name.rfind(scope_ + ".", 0) == 0 || name == sim_state_)
         std::filesystem::remove(e.path(), ec);
     }
-    std::filesystem::remove_all(dir_, ec);
   }
 
   // The binary under test: QUANTA_TEST_ARBITER when set (an older build), else this tree's.
@@ -291,7 +289,8 @@ class Daemon {
   pid_t pid() const { return pid_; }
 
  private:
-  std::string dir_;
+  test_support::TempDir scratch_{"quanta-arbiter-test"};
+  const std::string dir_ = scratch_.path();
   std::string scope_;
   std::string sim_state_;
   std::vector<std::pair<std::string, std::string>> env_;

@@ -12,13 +12,13 @@
 #include "arbiter/admin_protocol.h"
 #include "arbiter/device_access.h"
 #include "arbiter/log_limit.h"
-#include "arbiter/names.h"
 #include "arbiter/region_recovery.h"
 #include "arbiter/regions.h"
 #include "arbiter/state_file.h"
 #include "arbiter/tenant_protocol.h"
 #include "common/version.h"
 #include "common/wire.h"
+#include "hosted/names.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -26,37 +26,37 @@ namespace {
 using nlohmann::json;
 
 TEST(Names, PodKeysAreCheckedAtTheDoor) {
-  EXPECT_EQ(check_pod_key("prod/web", "pod"), "");
-  EXPECT_EQ(check_pod_key("uid:1234-abcd", "pod"), "");
-  EXPECT_EQ(check_pod_key("demo-heavy_2.x", "pod"), "");
-  EXPECT_NE(check_pod_key("", "pod"), "");
-  EXPECT_NE(check_pod_key("a b", "pod"), "");
-  EXPECT_NE(check_pod_key("bad\xff", "pod"), "");
-  EXPECT_NE(check_pod_key("evil\x1b[2J", "pod"), "");
-  EXPECT_NE(check_pod_key(std::string(300, 'a'), "pod"), "");
-  const std::string err = check_pod_key("a\"b", "QUANTA_POD");
+  EXPECT_EQ(hosted::check_pod_key("prod/web", "pod"), "");
+  EXPECT_EQ(hosted::check_pod_key("uid:1234-abcd", "pod"), "");
+  EXPECT_EQ(hosted::check_pod_key("demo-heavy_2.x", "pod"), "");
+  EXPECT_NE(hosted::check_pod_key("", "pod"), "");
+  EXPECT_NE(hosted::check_pod_key("a b", "pod"), "");
+  EXPECT_NE(hosted::check_pod_key("bad\xff", "pod"), "");
+  EXPECT_NE(hosted::check_pod_key("evil\x1b[2J", "pod"), "");
+  EXPECT_NE(hosted::check_pod_key(std::string(300, 'a'), "pod"), "");
+  const std::string err = hosted::check_pod_key("a\"b", "QUANTA_POD");
   EXPECT_NE(err.find("QUANTA_POD"), std::string::npos) << err;
   EXPECT_NE(err.find("letters, digits"), std::string::npos) << err;
 }
 
 TEST(Names, TextMustBePrintableUtf8) {
-  EXPECT_EQ(check_text("/kubepods/burstable/pod-é", "cgroup_path", 100), "");
-  EXPECT_NE(check_text("a\nb", "x", 100), "");
-  EXPECT_NE(check_text("\xc0\xaf", "x", 100), "") << "an overlong form";
-  EXPECT_NE(check_text("\xed\xa0\x80", "x", 100), "") << "a surrogate";
-  EXPECT_NE(check_text("\xf4\x90\x80\x80", "x", 100), "") << "past U+10FFFF";
-  EXPECT_NE(check_text("abc", "x", 2), "");
+  EXPECT_EQ(hosted::check_text("/kubepods/burstable/pod-é", "cgroup_path", 100), "");
+  EXPECT_NE(hosted::check_text("a\nb", "x", 100), "");
+  EXPECT_NE(hosted::check_text("\xc0\xaf", "x", 100), "") << "an overlong form";
+  EXPECT_NE(hosted::check_text("\xed\xa0\x80", "x", 100), "") << "a surrogate";
+  EXPECT_NE(hosted::check_text("\xf4\x90\x80\x80", "x", 100), "") << "past U+10FFFF";
+  EXPECT_NE(hosted::check_text("abc", "x", 2), "");
 }
 
 TEST(Names, PrintableEscapesWhatMovesATerminal) {
-  EXPECT_EQ(printable("plain/name"), "plain/name");
-  EXPECT_EQ(printable("a\x1b[2Jb"), "a\\x1b[2Jb");
-  EXPECT_EQ(printable("back\\slash"), "back\\\\slash");
-  EXPECT_EQ(printable("\xff"), "\\xff");
-  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9") << "ordinary UTF-8 stays readable";
-  EXPECT_EQ(printable("\xc2\x9b"), "\\xc2\\x9b") << "a C1 control (CSI)";
-  EXPECT_EQ(printable("\xe2\x80\xae"), "\\xe2\\x80\\xae") << "a right-to-left override";
-  EXPECT_EQ(printable("line\nnext"), "line\\x0anext");
+  EXPECT_EQ(hosted::printable("plain/name"), "plain/name");
+  EXPECT_EQ(hosted::printable("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(hosted::printable("back\\slash"), "back\\\\slash");
+  EXPECT_EQ(hosted::printable("\xff"), "\\xff");
+  EXPECT_EQ(hosted::printable("caf\xc3\xa9"), "caf\xc3\xa9") << "ordinary UTF-8 stays readable";
+  EXPECT_EQ(hosted::printable("\xc2\x9b"), "\\xc2\\x9b") << "a C1 control (CSI)";
+  EXPECT_EQ(hosted::printable("\xe2\x80\xae"), "\\xe2\\x80\\xae") << "a right-to-left override";
+  EXPECT_EQ(hosted::printable("line\nnext"), "line\\x0anext");
 }
 
 template <typename T>

@@ -9,20 +9,18 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
-#include <string>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "arbiter/accounting.h"
 #include "arbiter/capacity.h"
-#include "arbiter/config.h"
-#include "arbiter/ctl_text.h"
-#include "arbiter/ctl_views.h"
 #include "arbiter/figures.h"
 #include "arbiter/metrics_text.h"
 #include "arbiter/scheduler.h"
 #include "arbiter/tenant_protocol.h"
 #include "arbiter/wait_budget.h"
 #include "common/wire.h"
+#include "config/node_config.h"
 #include "tests/arbiter/sched_sim.h"
 
 namespace quanta::arbiter {
@@ -411,9 +409,9 @@ TEST(Capacity, AHalfBusyGpuWhoseMemoryIsPromisedFitsNoFortyPercentPod) {
   PodLoad big = load(1, 0.5);
   big.memory_cap = 7ull << 30;
   big.memory_used = 1638ull << 20;
-  FitProbe forty, twenty;
-  ASSERT_EQ(parse_fit_probe("0.25", "40%", &forty), "");
-  ASSERT_EQ(parse_fit_probe("25%", "2Gi", &twenty), "");
+  config::FitProbe forty, twenty;
+  ASSERT_EQ(config::parse_fit_probe("0.25", "40%", &forty), "");
+  ASSERT_EQ(config::parse_fit_probe("25%", "2Gi", &twenty), "");
   const GpuCapacity c = gpu_capacity({big}, 10ull << 30, 0, 255, {forty, twenty});
   EXPECT_EQ(c.memory_caps, 7ull << 30);
   EXPECT_EQ(c.memory_unpromised, 3ull << 30);
@@ -424,8 +422,8 @@ TEST(Capacity, AHalfBusyGpuWhoseMemoryIsPromisedFitsNoFortyPercentPod) {
 }
 
 TEST(Capacity, FitsCountSharesAndPromisedMinimums) {
-  FitProbe quarter;
-  ASSERT_EQ(parse_fit_probe("0.25", "0", &quarter), "");
+  config::FitProbe quarter;
+  ASSERT_EQ(config::parse_fit_probe("0.25", "0", &quarter), "");
   EXPECT_EQ(gpu_capacity({load(1, 1)}, 1ull << 30, 0, 255, {quarter}).fits[0], 3u)
       << "beside a greedy weight-1 pod, three newcomers still get a quarter each";
   EXPECT_EQ(gpu_capacity({}, 1ull << 30, 0, 255, {quarter}).fits[0], 4u);
@@ -444,8 +442,8 @@ TEST(Capacity, FitsCountSharesAndPromisedMinimums) {
 // Minimums promised to pods that may use the GPU but run nowhere yet still bind: no new
 // minimum fits beside a GPU promised whole, though the time is free now.
 TEST(Capacity, MinimumsOfPodsNotRunningHereStillLeaveNoRoom) {
-  FitProbe tenth;
-  ASSERT_EQ(parse_fit_probe("0.1", "0", &tenth), "");
+  config::FitProbe tenth;
+  ASSERT_EQ(config::parse_fit_probe("0.1", "0", &tenth), "");
   const GpuCapacity c = gpu_capacity({}, 1ull << 30, 0, 255, {tenth}, 1.0);
   EXPECT_NEAR(c.promised_min_share, 1.0, 1e-9);
   EXPECT_EQ(c.fits[0], 0u);
@@ -455,19 +453,19 @@ TEST(Capacity, MinimumsOfPodsNotRunningHereStillLeaveNoRoom) {
 }
 
 TEST(Capacity, ProbesRefuseWhatTheyCannotMean) {
-  FitProbe p;
-  EXPECT_NE(parse_fit_probe("0", "1Gi", &p), "");
-  EXPECT_NE(parse_fit_probe("1.5", "1Gi", &p), "");
-  EXPECT_NE(parse_fit_probe("0.5", "lots", &p).find("memory \"lots\""), std::string::npos);
+  config::FitProbe p;
+  EXPECT_NE(config::parse_fit_probe("0", "1Gi", &p), "");
+  EXPECT_NE(config::parse_fit_probe("1.5", "1Gi", &p), "");
+  EXPECT_NE(config::parse_fit_probe("0.5", "lots", &p).find("memory \"lots\""), std::string::npos);
   // What a refusal quotes is escaped: the message stays one line.
-  EXPECT_NE(parse_fit_probe("0.5\n", "1Gi", &p).find("share \"0.5\\x0a\" is not allowed"),
+  EXPECT_NE(config::parse_fit_probe("0.5\n", "1Gi", &p).find("share \"0.5\\x0a\" is not allowed"),
             std::string::npos);
-  EXPECT_NE(parse_fit_probe("0.5", "1\nGi", &p).find("memory \"1\\x0aGi\": memory size"),
+  EXPECT_NE(config::parse_fit_probe("0.5", "1\nGi", &p).find("memory \"1\\x0aGi\": memory size"),
             std::string::npos);
-  EXPECT_NE(parse_fit_probe("0.5", "1\n%", &p).find("memory \"1\\x0a%\": a percentage"),
+  EXPECT_NE(config::parse_fit_probe("0.5", "1\n%", &p).find("memory \"1\\x0a%\": a percentage"),
             std::string::npos);
-  EXPECT_NE(parse_fit_probe("0.5", "140%", &p), "");
-  ASSERT_EQ(parse_fit_probe("50%", "25%", &p), "");
+  EXPECT_NE(config::parse_fit_probe("0.5", "140%", &p), "");
+  ASSERT_EQ(config::parse_fit_probe("50%", "25%", &p), "");
   EXPECT_EQ(p.memory_on(8ull << 30), 2ull << 30);
   EXPECT_EQ(p.share_label, "50%");
 }
@@ -475,18 +473,18 @@ TEST(Capacity, ProbesRefuseWhatTheyCannotMean) {
 // ---------------------------------------------------------------------------------------
 
 TEST(MetricsConfig, FitProbesParseAndRefuseBadValues) {
-  NodeConfig d = parse_config("", "t.toml");
+  config::NodeConfig d = config::parse_config("", "t.toml");
   ASSERT_EQ(d.metrics.fit_probes.size(), 2u);
   EXPECT_EQ(d.metrics.fit_probes[0].share_label, "0.25");
   EXPECT_EQ(d.metrics.fit_probes[0].memory_label, "25%");
-  NodeConfig c = parse_config("[metrics]\nfit_probes = [{share = \"25%\", memory = \"10Gi\"}]\n",
-                              "t.toml");
+  config::NodeConfig c = config::parse_config(
+      "[metrics]\nfit_probes = [{share = \"25%\", memory = \"10Gi\"}]\n", "t.toml");
   ASSERT_EQ(c.metrics.fit_probes.size(), 1u);
   EXPECT_EQ(c.metrics.fit_probes[0].memory_bytes, 10ull << 30);
   auto refusal = [](const std::string& text) {
     try {
-      parse_config(text, "t.toml");
-    } catch (const ConfigError& e) {
+      config::parse_config(text, "t.toml");
+    } catch (const config::ConfigError& e) {
       return std::string(e.what());
     }
     return std::string("accepted");
@@ -549,7 +547,7 @@ NodeFigures sample_figures() {
   f.hostname = "node-1";
   f.version = "0.1.0";
   f.generation = 2;
-  f.probes = MetricsConfig::default_fit_probes();
+  f.probes = config::MetricsConfig::default_fit_probes();
   f.node_fits = {1, 2};
   f.refusals["no-pod"] = 3;
   GpuFigures g;
@@ -644,108 +642,6 @@ TEST(Figures, RefusalTextsMapToTheirReasons) {
 }
 
 // ---------------------------------------------------------------------------------------
-
-TEST(CtlText, TenantChosenNamesCannotDriveTheTerminal) {
-  using ctl::printable;
-  EXPECT_EQ(printable("demo/heavy"), "demo/heavy");
-  EXPECT_EQ(printable("x\x1b]0;pwned\x07y"), "x\\x1b]0;pwned\\x07y");
-  EXPECT_EQ(printable("\x1b[2J"), "\\x1b[2J");
-  EXPECT_EQ(printable("c1\xc2\x9b"
-                      "31m"),
-            "c1\\xc2\\x9b31m")
-      << "C1 CSI as UTF-8";
-  EXPECT_EQ(printable("bad\xff"), "bad\\xff");
-  EXPECT_EQ(printable("tab\there\r"), "tab\\x09here\\x0d");
-  EXPECT_EQ(printable("a\\x1b"), "a\\\\x1b") << "a literal backslash cannot forge an escape";
-  EXPECT_EQ(printable("caf\xc3\xa9"), "caf\xc3\xa9");
-  EXPECT_EQ(ctl::column("abcdef", 4), "abc~");
-  EXPECT_EQ(ctl::column("ab", 4), "ab  ");
-  EXPECT_EQ(ctl::column("\xc3\xa9\xc3\xa9", 3), "\xc3\xa9\xc3\xa9 ");
-}
-
-nlohmann::json explain_of(double share, double target, double running, double waiting, double idle,
-                          uint64_t timeouts = 0) {
-  nlohmann::json g = {
-      {"index", 0},
-      {"uuid", "GPU-1"},
-      {"span_s", 60.0},
-      {"live", true},
-      {"weight", 1},
-      {"priority", "batch"},
-      {"max_share", 1.0},
-      {"target_share", target},
-      {"achieved_share", share},
-      {"utilization", share},
-      {"utilization_source", "driver"},
-      {"phases", {{"running", running}, {"waiting", waiting}, {"draining", 0.0}, {"idle", idle}}},
-      {"behind",
-       {{{"pod", "demo/heavy"}, {"seconds", waiting * 0.7}},
-        {{"pod", "demo/medium"}, {"seconds", waiting * 0.3}}}},
-      {"waits", {{"count", 10}, {"median_ms", 5.0}, {"p99_ms", 9.0}, {"max_ms", 12.0}}},
-      {"revoke_timeouts", timeouts},
-      {"neighbours", nlohmann::json::array()},
-      {"slices", nlohmann::json::array()}};
-  return {{"ok", true}, {"pod", "demo/light"}, {"gpus", {g}}};
-}
-
-TEST(CtlViews, ExplainSaysWhetherThePodGotItsShareAndWhoDelayedIt) {
-  std::string text = ctl::render_explain(explain_of(0.142, 0.143, 8.5, 51.0, 0.5));
-  EXPECT_NE(
-      text.find("It got its share. Its waits were its neighbours' turns, mostly demo/heavy's."),
-      std::string::npos)
-      << text;
-  EXPECT_NE(text.find("demo/heavy held it 35.7 s"), std::string::npos) << text;
-  text = ctl::render_explain(explain_of(0.05, 0.30, 3.0, 50.0, 7.0));
-  EXPECT_NE(text.find("It got less than its target (5.0% of 30.0%): it waited 50.0 s, most of it "
-                      "while demo/heavy "
-                      "held the GPU (35.0 s)."),
-            std::string::npos)
-      << text;
-  text = ctl::render_explain(explain_of(0.02, 0.30, 1.0, 1.0, 58.0));
-  EXPECT_NE(text.find("idle most of the time"), std::string::npos) << text;
-  text = ctl::render_explain(explain_of(0.10, 0.50, 6.0, 30.0, 24.0, 3));
-  EXPECT_NE(text.find("passed over 3 time(s)"), std::string::npos) << text;
-  nlohmann::json evil = explain_of(0.1, 0.1, 1, 1, 1);
-  evil["pod"] = "ev\x1b[2Jil";
-  text = ctl::render_explain(evil);
-  EXPECT_EQ(text.find('\x1b'), std::string::npos);
-  EXPECT_NE(text.find("ev\\x1b[2Jil"), std::string::npos);
-}
-
-TEST(CtlViews, TopShowsEachPodAndEscapesItsName) {
-  nlohmann::json top = {
-      {"ok", true},
-      {"scope", "s"},
-      {"generation", 1},
-      {"uptime_s", 3.0},
-      {"node_fits", {{{"share", "0.25"}, {"memory", "25%"}, {"pods", 2}}}},
-      {"gpus",
-       {{{"index", 0},
-         {"uuid", "GPU-1"},
-         {"model", "m"},
-         {"holder", "a/b"},
-         {"window_s", 5.0},
-         {"fits", {{{"share", "0.25"}, {"memory", "25%"}, {"pods", 2}}}},
-         {"pods",
-          {{{"pod", "a/\x1b[31mred"},
-            {"priority", "batch"},
-            {"weight", 2},
-            {"target_share", 0.5},
-            {"achieved_share", 0.49},
-            {"utilization", 0.4},
-            {"phases", {{"running", 0.5}, {"waiting", 0.5}, {"draining", 0.0}, {"idle", 0.0}}},
-            {"behind", {{{"pod", "a/b"}, {"seconds", 2.5}}}},
-            {"wait_p99_ms", 12.5}}}}}}}};
-  const std::string frame = ctl::render_top(top, 0);
-  EXPECT_EQ(frame.find('\x1b'), std::string::npos);
-  EXPECT_NE(frame.find("a/\\x1b[31mred"), std::string::npos) << frame;
-  EXPECT_NE(frame.find("a/b 100%"), std::string::npos) << frame;
-  EXPECT_NE(frame.find("2 x (share 0.25, memory 25%)"), std::string::npos) << frame;
-  const std::string narrow = ctl::render_top(top, 60);
-  for (size_t start = 0, nl; (nl = narrow.find('\n', start)) != std::string::npos; start = nl + 1) {
-    EXPECT_LE(nl - start, 60u) << narrow.substr(start, nl - start);
-  }
-}
 
 // The wait budget a weighted pod is promised bounds the waits the scheduler gives it: with
 // weights 3:1 and 4:1:1 a weight-1 pod waits several quanta of the heavier pods, as its

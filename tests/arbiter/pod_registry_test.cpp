@@ -4,6 +4,7 @@
 // outlive their containers (reaped, bounded, cheap to save).
 #include "arbiter/pod_registry.h"
 #include "arbiter/state_file.h"
+#include "tests/support/temp_dir.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,16 +28,12 @@ namespace {
 class PodRegistryState : public ::testing::Test {
  protected:
   PodRegistryState() {
-    char pattern[] = "/tmp/quanta-pod-registry-XXXXXX";
     config_.scope = "registry-test";
-    config_.state_dir = mkdtemp(pattern);
+    config_.state_dir = scratch_.path();
     file_ = config_.state_dir + "/registry-test.state.json";
   }
-  ~PodRegistryState() override {
-    std::error_code ignored;
-    std::filesystem::remove_all(config_.state_dir, ignored);
-  }
-  NodeConfig config_;
+  test_support::TempDir scratch_{"quanta-pod-registry"};
+  config::NodeConfig config_;
   std::string file_;
   PodRegistry pods_{config_};
 };
@@ -142,7 +139,7 @@ class PodRegistryBounds : public ::testing::Test {
     config_.bounds.namespace_min_share_ppm = 400'000;
     config_.bounds.memory_limit_required = true;
     config_.bounds.max_memory_limit = 16ull << 30;
-    PolicyBounds trusted = config_.bounds;
+    config::PolicyBounds trusted = config_.bounds;
     trusted.max_weight = 1000;
     trusted.priorities = 0b111;
     config_.namespace_bounds["trusted"] = trusted;
@@ -152,7 +149,7 @@ class PodRegistryBounds : public ::testing::Test {
                    std::map<std::string, std::string> policy) {
     return Registration{id, "uid-" + pod, pod, ns, "c", "/kubepods/" + pod + "/" + id, {}, std::move(policy)};
   }
-  NodeConfig config_;
+  config::NodeConfig config_;
   PodRegistry pods_{config_};
 };
 

@@ -1,6 +1,6 @@
 // Every quanta-bench scenario, run in --quick mode on simgpu, prints one JSON object with
-// the fields DESIGN.md names; a figure may be null only where a note says why. Keeps the
-// benchmark from rotting as the parts it drives change.
+// the fields bench/METHODS.md names; a figure may be null only where a note says why. Keeps
+// the benchmark from rotting as the parts it drives change.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

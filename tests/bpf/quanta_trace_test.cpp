@@ -26,6 +26,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace {
 
 using nlohmann::json;
@@ -56,23 +58,7 @@ std::string missing_bpf_precondition() {
   } while (0)
 #define REQUIRE_BPF_OR_SKIP() REQUIRE_OR_SKIP(missing_bpf_precondition())
 
-// A temporary directory unique to this test process, removed at the end.
-class ScratchDir {
- public:
-  ScratchDir() {
-    std::string tmpl = (fs::temp_directory_path() / "quanta-bpf-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using quanta::test_support::TempDir;
 
 // A child process with its stdin writable and its stdout/stderr readable through pipes.
 class Process {
@@ -249,8 +235,8 @@ TEST(BpfOffcpu, PrometheusOutputPassesPromtool) {
                       ? std::string()
                       : std::string("promtool is not installed (Debian package prometheus)"));
   SleepyChild traced;
-  ScratchDir dir;
-  const fs::path metrics = dir / "offcpu.prom";
+  TempDir dir{"quanta-bpf-test"};
+  const fs::path metrics = fs::path(dir.file("offcpu.prom"));
   Process trace({QUANTA_TRACE_PATH, "offcpu", "--pid", std::to_string(traced.pid()), "--duration",
                  "0.5", "--prometheus", metrics.string()});
   ASSERT_EQ(trace.finish(), 0) << trace.err();
@@ -317,8 +303,8 @@ TEST(BpfHandoff, CountsEveryHandoffBetweenAlternatingSlots) {
 TEST(BpfHandoff, TimelineIsChromeTraceJsonWithEveryProbeAndHandoff) {
   REQUIRE_BPF_OR_SKIP();
   constexpr int kRounds = 10;
-  ScratchDir dir;
-  const fs::path timeline = dir / "timeline.json";
+  TempDir dir{"quanta-bpf-test"};
+  const fs::path timeline = fs::path(dir.file("timeline.json"));
   const auto monotonic_ns = [] {
     timespec now{};
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -360,8 +346,8 @@ TEST(BpfHandoff, PrometheusOutputPassesPromtool) {
   REQUIRE_OR_SKIP(run_shell("command -v promtool >/dev/null") == 0
                       ? std::string()
                       : std::string("promtool is not installed (Debian package prometheus)"));
-  ScratchDir dir;
-  const fs::path metrics = dir / "handoff.prom";
+  TempDir dir{"quanta-bpf-test"};
+  const fs::path metrics = fs::path(dir.file("handoff.prom"));
   const HandoffRun run = trace_emitter(5, {"--prometheus", metrics.string()});
   ASSERT_EQ(run.rc, 0) << run.stderr_text;
   const std::string text = read_file(metrics);

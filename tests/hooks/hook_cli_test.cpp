@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "test_files.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -36,16 +37,12 @@ class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
     signal(SIGPIPE, SIG_IGN);  // a hook that stops reading an oversized state
-    char p[] = "/tmp/quanta-hook-cli-XXXXXX";
-    dir_ = mkdtemp(p);
     sim_state_ = "quanta-hook-cli-" + std::to_string(getpid());
     std::ofstream(dir_ + "/quanta.toml") << "[node]\ntenant_socket = \"" << dir_ << "/run/tenant.sock\"\n"
                                          << "admin_socket = \"" << dir_ << "/run/admin.sock\"\n"
                                          << "[hook]\ntimeout = \"300ms\"\n";
   }
   void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
     shm_unlink(("/" + sim_state_).c_str());
   }
 
@@ -104,7 +101,8 @@ class Cli : public ::testing::Test {
 
   std::string config() const { return dir_ + "/quanta.toml"; }
 
-  std::string dir_;
+  quanta::test_support::TempDir scratch_{"quanta-hook-cli"};
+  const std::string dir_ = scratch_.path();
   std::string sim_state_;
   std::vector<std::string> extra_env_;  // more of the hook's environment
   std::string cwd_;                     // its working directory ("" = the test's)

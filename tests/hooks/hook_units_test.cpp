@@ -538,9 +538,9 @@ TEST(SpecIo, YamlRoundTripKeepsTypes) {
 // --- settings files -----------------------------------------------------------------------------------
 
 TEST(Layout, SettingsFilesSayWhatTheShimReads) {
-  arbiter::NodeConfig config;
+  config::NodeConfig config;
   config.enforce.enforce = false;
-  config.enforce.unplaced = arbiter::UnplacedAction::kClosedIfCapped;
+  config.enforce.unplaced = config::UnplacedAction::kClosedIfCapped;
   Layout layout;
   layout.host_socket = "/var/quanta/sock/tenant.sock";
   const std::string node = node_conf_text(config, layout);
@@ -552,9 +552,9 @@ TEST(Layout, SettingsFilesSayWhatTheShimReads) {
   EXPECT_EQ(preload_text(), "/opt/quanta/lib/libquanta.so\n");
   EXPECT_TRUE(unplaced_closed(config, true));
   EXPECT_FALSE(unplaced_closed(config, false));
-  config.enforce.unplaced = arbiter::UnplacedAction::kClosed;
+  config.enforce.unplaced = config::UnplacedAction::kClosed;
   EXPECT_TRUE(unplaced_closed(config, false));
-  config.enforce.unplaced = arbiter::UnplacedAction::kOpen;
+  config.enforce.unplaced = config::UnplacedAction::kOpen;
   EXPECT_FALSE(unplaced_closed(config, true));
 }
 

@@ -25,6 +25,7 @@
 #include "hooks/error.h"
 #include "hooks/layout.h"
 #include "hooks/stages.h"
+#include "tests/support/temp_dir.h"
 #include "test_files.h"
 
 namespace quanta::hooks {
@@ -33,22 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class TempDir {
- public:
-  TempDir() {
-    char p[] = "/tmp/quanta-hook-test-XXXXXX";
-    path_ = mkdtemp(p);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test_support::TempDir;
 
 // An admin socket that answers `register`/`unregister` as told and keeps the requests.
 class FakeArbiter {
@@ -106,7 +92,7 @@ class FakeArbiter {
 };
 
 struct Fixture {
-  TempDir dir;
+  TempDir dir{"quanta-hook-test"};
   std::string bundle = dir.file("bundle");
 
   StageContext context(const json& annotations, const std::vector<std::string>& env = {}) {
@@ -202,10 +188,10 @@ TEST(CreateRuntime, SilentArbiterTimesOutAndUnplacedDecides) {
 
   // closed refuses every pod; open lets a capped one start.
   ctx = f.context(kPod);
-  ctx.config.enforce.unplaced = arbiter::UnplacedAction::kClosed;
+  ctx.config.enforce.unplaced = config::UnplacedAction::kClosed;
   EXPECT_NE(error_of([&] { create_runtime(ctx); }).find("unplaced = closed"), std::string::npos);
   ctx = f.context(with(kPod, {{"quanta.dev/memory-limit", "1Gi"}}));
-  ctx.config.enforce.unplaced = arbiter::UnplacedAction::kOpen;
+  ctx.config.enforce.unplaced = config::UnplacedAction::kOpen;
   EXPECT_EQ(error_of([&] { create_runtime(ctx); }), "(no error)");
 }
 

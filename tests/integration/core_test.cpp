@@ -30,15 +30,6 @@ std::vector<std::string> batch(double seconds, const std::string& start_at, doub
           "--start-at", start_at};
 }
 
-// Waits for a tenant and expects a clean run: exit 0 and "ok": true.
-nlohmann::json expect_clean_exit(Child& tenant, double timeout_s, const std::string& what) {
-  const int code = tenant.wait(timeout_s);
-  EXPECT_EQ(code, 0) << what << " (pid " << tenant.pid() << ") stderr:\n" << tenant.err() << "\nstdout:\n" << tenant.out();
-  nlohmann::json report = tenant.json();
-  EXPECT_TRUE(report.is_object() && report.value("ok", false)) << what << " report: " << tenant.out();
-  return report;
-}
-
 // Holds of the given pids only, in time order.
 std::vector<Hold> holds_among(const std::vector<Slice>& slices, const std::vector<pid_t>& pids) {
   std::vector<Slice> mine;

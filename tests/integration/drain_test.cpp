@@ -51,15 +51,6 @@ size_t slices_started(const std::vector<Slice>& slices, int device, const std::v
   }));
 }
 
-void expect_clean_exit(Child& tenant, const std::string& what) {
-  EXPECT_EQ(tenant.wait(30), 0) << what << " stderr:\n"
-                                << tenant.err() << "\nstdout:\n"
-                                << tenant.out();
-  nlohmann::json report = tenant.json();
-  EXPECT_TRUE(report.is_object() && report.value("ok", false))
-      << what << " report: " << tenant.out();
-}
-
 // Waits until every pid in `pids` is admitted on some GPU of the arbiter.
 bool admitted(World& world, const std::vector<pid_t>& pids) {
   return eventually(10, [&] {
@@ -114,7 +105,7 @@ TEST(Drain, AWaiterAtADrainedGpuRingsOncePerWait) {
   ASSERT_EQ(waiting.size(), 1u) << waiting.dump();
   EXPECT_EQ(waiting[0].value("state", ""), "waiting") << waiting.dump();
   ASSERT_EQ(quantactl(world, {"undrain", "0"}).code, 0);
-  expect_clean_exit(a, "tenant a");
+  expect_clean_exit(a, 30, "tenant a");
 }
 
 // A busy holder's shim rings when its queued work runs out (kAttachReportsQuiet), so the
@@ -140,8 +131,8 @@ TEST(Drain, ABusyHolderIsNotLookedAtWhileItsWorkIsQueued) {
   // through the grant (two per switch when it rang that too).
   EXPECT_LE(rang, switches + switches / 2 + 5)
       << "in 1.5 s of contention: " << rang << " rings for " << switches << " switches";
-  expect_clean_exit(c.a, "tenant a");
-  expect_clean_exit(c.b, "tenant b");
+  expect_clean_exit(c.a, 30, "tenant a");
+  expect_clean_exit(c.b, 30, "tenant b");
 }
 
 // A switch wakes the arbiter once, at the release: the holder's shim ends its own quantum
@@ -168,8 +159,8 @@ TEST(Drain, AContendedGpuWakesTheArbiterOncePerSwitch) {
       << "in 2 s of contention: " << c.delta("passes") << " passes and " << c.delta("holder_looks")
       << " looks at the holder for " << switches << " switches, " << ended
       << " turns ended by their holder";
-  expect_clean_exit(c.a, "tenant a");
-  expect_clean_exit(c.b, "tenant b");
+  expect_clean_exit(c.a, 30, "tenant a");
+  expect_clean_exit(c.b, 30, "tenant b");
 }
 
 // The ring is what hands the GPU on: an interactive holder that finished its request is
@@ -194,8 +185,8 @@ TEST(Drain, AHolderWhoseWorkRanOutRingsAndTheWaiterBelowItIsServed) {
   ASSERT_TRUE(admitted(world, {busy.pid(), ia.pid()})) << world.arbiter_log();
   sleep_ms(2600);  // ten requests, each taking the GPU from the batch tenant
   const nlohmann::json gpu = status(world)["gpus"][0];
-  expect_clean_exit(busy, "batch tenant");
-  expect_clean_exit(ia, "interactive tenant");
+  expect_clean_exit(busy, 30, "batch tenant");
+  expect_clean_exit(ia, 30, "interactive tenant");
   nlohmann::json waiter;
   for (const auto& tenant : gpu["tenants"]) {
     if (tenant.value("pid", 0) == busy.pid()) waiter = tenant;
@@ -233,8 +224,8 @@ TEST(Drain, WholeGpuStopsGrantsUntilUndrainAndTenantsSeeNoError) {
   ASSERT_EQ(undrain.code, 0) << undrain.err;
   EXPECT_NE(undrain.out.find("grants resume"), std::string::npos) << undrain.out;
 
-  expect_clean_exit(a, "tenant a");
-  expect_clean_exit(b, "tenant b");
+  expect_clean_exit(a, 30, "tenant a");
+  expect_clean_exit(b, 30, "tenant b");
   const auto slices = read_sim_log(world.sim_log_path());
   EXPECT_GT(slices_started(slices, 0, {a.pid(), b.pid()}, 0, before_drain), 0u);
   // Once drain reported idle nothing ran until undrain (1 ms for the two clocks' reads).
@@ -279,9 +270,9 @@ TEST(Drain, MigInstanceByUuidStopsOnlyThatInstance) {
   const uint64_t undrain_at = monotonic_ns();
   ASSERT_EQ(quantactl(world, {"undrain", left_uuid}).code, 0);
 
-  expect_clean_exit(left, "left tenant");
-  expect_clean_exit(left2, "second left tenant");
-  expect_clean_exit(right, "right tenant");
+  expect_clean_exit(left, 30, "left tenant");
+  expect_clean_exit(left2, 30, "second left tenant");
+  expect_clean_exit(right, 30, "right tenant");
   const auto slices = read_sim_log(world.sim_log_path());
   // simgpu logs MIG instances by their device-list index: 0 is the drained one.
   EXPECT_EQ(slices_started(slices, 0, {left.pid(), left2.pid()}, idle_at + kMs, undrain_at), 0u)
@@ -308,7 +299,7 @@ TEST(Drain, RestartedArbiterKeepsTheDrain) {
   sleep_ms(800);
   const uint64_t undrain_at = monotonic_ns();
   ASSERT_EQ(quantactl(world, {"undrain", "0"}).code, 0);
-  expect_clean_exit(t, "tenant started on a drained GPU");
+  expect_clean_exit(t, 30, "tenant started on a drained GPU");
   const auto slices = read_sim_log(world.sim_log_path());
   EXPECT_EQ(slices_started(slices, 0, {t.pid()}, 0, undrain_at), 0u) << "ran before undrain";
   EXPECT_GT(slices_started(slices, 0, {t.pid()}, undrain_at, UINT64_MAX), 0u);

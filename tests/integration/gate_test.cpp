@@ -32,17 +32,6 @@ std::vector<std::string> batch(double seconds, const std::string& start_at, doub
           start_at};
 }
 
-nlohmann::json expect_clean_exit(Child& child, double timeout_s, const std::string& what) {
-  const int code = child.wait(timeout_s);
-  EXPECT_EQ(code, 0) << what << " (pid " << child.pid() << ") stderr:\n"
-                     << child.err() << "\nstdout:\n"
-                     << child.out();
-  nlohmann::json report = child.json();
-  EXPECT_TRUE(report.is_object() && report.value("ok", false))
-      << what << " report: " << child.out();
-  return report;
-}
-
 // A 20 ms quantum and pod tables as given (priorities need keys PodConfig does not have).
 ArbiterConfig with_pods(const std::string& tables) {
   ArbiterConfig config;

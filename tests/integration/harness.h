@@ -17,10 +17,17 @@
 #include <vector>
 
 #include "common/shm_layout.h"
+#include "tests/support/child.h"
+#include "tests/support/temp_dir.h"
 
 namespace quanta::integration {
 
-using Env = std::map<std::string, std::string>;
+// The test-support library's temp folders and child processes, under the names these
+// suites have always used.
+using test_support::Child;
+using test_support::Env;
+using test_support::expect_clean_exit;
+using test_support::TempDir;
 
 uint64_t monotonic_ns();
 int64_t realtime_ns();
@@ -29,47 +36,6 @@ constexpr uint64_t kMs = 1000000ull;
 std::string test_name();
 // A `--start-at` value (CLOCK_REALTIME ns) `ms` from now, so tenants start together.
 std::string start_in(double ms);
-
-// A directory under /tmp removed (recursively) at destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
-// A spawned process whose stdout and stderr go to files.
-class Child {
- public:
-  Child() = default;
-  Child(const std::vector<std::string>& argv, const Env& env, const std::string& out_path, const std::string& err_path);
-  ~Child();
-  Child(Child&& other) noexcept;
-  Child& operator=(Child&& other) noexcept;
-
-  pid_t pid() const { return pid_; }
-  bool running();
-  void signal(int sig);
-  // Waits until exit; returns the exit code (128 + signal when killed), -1 on timeout.
-  int wait(double timeout_s);
-  int exit_code() const { return exit_code_; }
-  std::string out() const;
-  std::string err() const;
-  nlohmann::json json() const;  // stdout as one JSON value (discarded when it is not)
-
- private:
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
-  bool reaped_ = false;
-  std::string out_path_;
-  std::string err_path_;
-};
 
 struct PodConfig {
   std::string name;

@@ -1,4 +1,4 @@
-/* CUDA_VISIBLE_DEVICES through libquanta_testlink.so on simgpu (ANCHORS.md failure mode 7):
+/* CUDA_VISIBLE_DEVICES through libquanta_testlink.so on simgpu, a list that renumbers GPUs:
  * memory allocated through a renumbered ordinal is charged to the ledger account of the
  * physical device behind it, never to the device that has that index physically, and
  * cuMemGetInfo, NVML's capped view and simgpu's own process list agree on it.

@@ -120,14 +120,6 @@ void expect_shares(const World& world, const std::vector<std::pair<pid_t, double
   }
 }
 
-nlohmann::json expect_clean_exit(Child& tenant, double timeout_s, const std::string& what) {
-  const int code = tenant.wait(timeout_s);
-  EXPECT_EQ(code, 0) << what << " (pid " << tenant.pid() << ") stderr:\n" << tenant.err() << "\nstdout:\n" << tenant.out();
-  nlohmann::json report = tenant.json();
-  EXPECT_TRUE(report.is_object() && report.value("ok", false)) << what << " report: " << tenant.out();
-  return report;
-}
-
 std::string error_lines(const std::string& log) {
   std::istringstream in(log);
   std::string line, out;

@@ -1,13 +1,13 @@
 // The node config: every key read, defaults when absent, and bad files refused with
 // file:line:column, the key, the value and what is allowed. The shipped config/quanta.toml
 // must load as is.
-#include "arbiter/config.h"
+#include "config/node_config.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-namespace quanta::arbiter {
+namespace quanta::config {
 namespace {
 
 std::string refusal(const std::string& text) {
@@ -209,7 +209,8 @@ TEST(Config, ShippedConfigLoads) {
   EXPECT_EQ(c.scheduler.quantum_ns, 20'000'000u);
   EXPECT_TRUE(c.enforce.enforce);
   EXPECT_TRUE(c.shim.measure_context_overhead);
-  EXPECT_EQ(c.enforce.over_cap, OverCapAction::kKill) << "the shipped node must hold a cap against a pod that lies";
+  EXPECT_EQ(c.enforce.over_cap, OverCapAction::kKill)
+      << "the shipped node must hold a cap against a pod that lies";
 }
 
 TEST(Config, PolicyValuesAcceptQuantactlSpelling) {
@@ -295,7 +296,8 @@ TEST(Config, NiceIsAWholeNumberAsNiceTakesIt) {
 TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {
   for (const char* text : {"[=sr]\n", "[node]\nscope = \"a\"\n  [ =x]\n", "[[=x]]\n", "[.a]\n",
                            "\xEF\xBB\xBF[$x]\n", "[\nquantum = 1\n", "[[ \n",
-                           "[node]\ns\xEF\xBB\xAF" "cope = \"t\"\n"}) {
+                           "[node]\ns\xEF\xBB\xAF"
+                           "cope = \"t\"\n"}) {
     const std::string e = refusal(text);
     EXPECT_NE(e.find("a table header names no table"), std::string::npos) << text << ": " << e;
   }
@@ -303,7 +305,8 @@ TEST(Config, TableHeaderWithoutANameIsRefusedBeforeParsing) {
   // Inside a multi-line string such a line is text, not a header.
   const std::string inside = refusal("[node]\nscope = \"\"\"\n[=x]\n\"\"\"\n");
   EXPECT_EQ(inside.find("a table header names no table"), std::string::npos) << inside;
-  EXPECT_NO_THROW(parse_config("[node]\n[ \"scheduler\" ]\n[pod.\"a/b\"]\nweight = 2\n", "test.toml"));
+  EXPECT_NO_THROW(
+      parse_config("[node]\n[ \"scheduler\" ]\n[pod.\"a/b\"]\nweight = 2\n", "test.toml"));
   const std::string quoted = refusal("[node]\nallow_unregistered = fal\n");
   EXPECT_EQ(quoted.find('\n'), std::string::npos) << quoted;
   EXPECT_NO_THROW(parse_config("# caf\xC3\xA9\n[node]\nscope = \"q\" # \xC3\xA9\n", "test.toml"));
@@ -421,7 +424,8 @@ TEST(Config, HookTimeoutParsesAndIsBounded) {
 
 TEST(ConfigBounds, BoundsAndNamespaceTablesAreReadAndNamespacesInheritTheNodes) {
   NodeConfig c = parse_config(
-      "[bounds]\nmax_weight = 10\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = \"20%\"\n"
+      "[bounds]\nmax_weight = 10\npriorities = [\"batch\", \"best-effort\"]\nmax_min_share = "
+      "\"20%\"\n"
       "namespace_min_share = \"40%\"\nmemory_limit = \"required\"\nmax_memory_limit = \"40Gi\"\n"
       "[namespace.\"ml-prod\"]\nmax_weight = 100\npriorities = [\"interactive\", \"batch\"]\n",
       "b.toml");
@@ -442,9 +446,12 @@ TEST(ConfigBounds, BoundsAndNamespaceTablesAreReadAndNamespacesInheritTheNodes) 
 
 TEST(ConfigBounds, BadBoundsAndDefaultsOutsideThemAreRefused) {
   EXPECT_NE(refusal("[bounds]\nmax_weight = 0\n").find("bounds.max_weight"), std::string::npos);
-  EXPECT_NE(refusal("[bounds]\npriorities = [\"urgent\"]\n").find("bounds.priorities"), std::string::npos);
-  EXPECT_NE(refusal("[bounds]\nmemory_limit = \"maybe\"\n").find("use \"required\""), std::string::npos);
-  EXPECT_NE(refusal("[namespace.\"Bad_Name\"]\nmax_weight = 2\n").find("lowercase"), std::string::npos);
+  EXPECT_NE(refusal("[bounds]\npriorities = [\"urgent\"]\n").find("bounds.priorities"),
+            std::string::npos);
+  EXPECT_NE(refusal("[bounds]\nmemory_limit = \"maybe\"\n").find("use \"required\""),
+            std::string::npos);
+  EXPECT_NE(refusal("[namespace.\"Bad_Name\"]\nmax_weight = 2\n").find("lowercase"),
+            std::string::npos);
   EXPECT_NE(refusal("[bounds]\nfoo = 1\n").find("allowed keys are max_weight"), std::string::npos);
   const std::string e = refusal("[defaults]\nweight = 5\n[namespace.\"a\"]\nmax_weight = 2\n");
   EXPECT_NE(e.find("[defaults] weight 5 is beyond [namespace.\"a\"]"), std::string::npos) << e;
@@ -462,14 +469,18 @@ TEST(ConfigBounds, APolicyBeyondItsBoundsNamesTheAnnotationValueAndWhatIsAllowed
   common::Policy heavy = p;
   heavy.weight = 1000;
   EXPECT_EQ(bounds_error(b, "[bounds]", heavy, {{"weight", "1000"}}),
-            "annotation quanta.dev/weight = \"1000\" is beyond the node's bounds: [bounds] allows weight 1 to 10");
+            "annotation quanta.dev/weight = \"1000\" is beyond the node's bounds: [bounds] allows "
+            "weight 1 to 10");
   common::Policy urgent = p;
   urgent.priority = common::Priority::kInteractive;
-  EXPECT_NE(bounds_error(b, "[namespace.\"t\"]", urgent, {{"priority", "interactive"}}).find("allows priority batch"),
+  EXPECT_NE(bounds_error(b, "[namespace.\"t\"]", urgent, {{"priority", "interactive"}})
+                .find("allows priority batch"),
             std::string::npos);
   common::Policy greedy = p;
   greedy.min_share_ppm = common::kShareScale;
-  EXPECT_NE(bounds_error(b, "[bounds]", greedy, {{"min-share", "100%"}}).find("min-share up to 0.2"), std::string::npos);
+  EXPECT_NE(
+      bounds_error(b, "[bounds]", greedy, {{"min-share", "100%"}}).find("min-share up to 0.2"),
+      std::string::npos);
   common::Policy uncapped = p;
   uncapped.memory_limit = 0;
   EXPECT_NE(bounds_error(b, "[bounds]", uncapped, {{"memory-limit", "none"}})
@@ -478,12 +489,15 @@ TEST(ConfigBounds, APolicyBeyondItsBoundsNamesTheAnnotationValueAndWhatIsAllowed
       << "memory-limit: none cannot escape a ceiling";
   common::Policy big = p;
   big.memory_limit = 80ull << 30;
-  EXPECT_NE(bounds_error(b, "[bounds]", big, {{"memory-limit", "80Gi"}}).find("memory-limit up to 8Gi"), std::string::npos);
+  EXPECT_NE(
+      bounds_error(b, "[bounds]", big, {{"memory-limit", "80Gi"}}).find("memory-limit up to 8Gi"),
+      std::string::npos);
   PolicyBounds required;
   required.memory_limit_required = true;
-  EXPECT_NE(bounds_error(required, "[bounds]", common::Policy{}, {}).find("no quanta.dev/memory-limit annotation"),
+  EXPECT_NE(bounds_error(required, "[bounds]", common::Policy{}, {})
+                .find("no quanta.dev/memory-limit annotation"),
             std::string::npos);
 }
 
 }  // namespace
-}  // namespace quanta::arbiter
+}  // namespace quanta::config

@@ -1,12 +1,11 @@
 // quantactl: the arbiter's admin client. `status` prints a table per GPU (or the raw JSON
 // with --json, schema in docs/quantactl-status.md); `top` refreshes a contention view and
-// `explain POD` tells a pod's last minute (ctl_views.h); `set POD key=value...` changes a
+// `explain POD` tells a pod's last minute (views.h); `set POD key=value...` changes a
 // pod's policy live, `unset` removes that, `policy [POD]` shows a pod's values and their
 // sources (or every live override); `drain GPU` holds new grants back and waits until the
 // GPU is idle, `undrain` resumes them. Talks newline-delimited JSON over the root-only admin
 // socket, and waits at most 10 s for an answer.
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -20,27 +19,29 @@
 #include <string>
 #include <thread>
 
-#include "arbiter/ctl_text.h"
-#include "arbiter/ctl_views.h"
-#include "arbiter/names.h"
 #include "common/policy.h"
 #include "common/version.h"
-#include "hosted/unique_fd.h"
+#include "hosted/admin_client.h"
+#include "hosted/names.h"
+#include "quantactl/text.h"
+#include "quantactl/views.h"
 
 namespace {
 
 using nlohmann::json;
-using quanta::arbiter::printable;
+namespace hosted = quanta::hosted;
 
 // Text a tenant or runtime chose (pod names, commands), escaped: never raw to a terminal.
 std::string shown(const json& j, const char* field) {
-  return printable(j.value(field, std::string("?")));
+  return hosted::printable(j.value(field, std::string("?")));
 }
 
 constexpr int kAnswerSeconds = 10;  // how long the arbiter may take to answer
 constexpr uint64_t kNs = 1'000'000'000;
 // Every command that takes a pod takes it the same way (the arbiter resolves it).
-constexpr const char* kPodHelp = "the pod: namespace/name, or its name alone when no other pod has it (a QUANTA_POD process's pod is default/NAME)";
+constexpr const char* kPodHelp =
+    "the pod: namespace/name, or its name alone when no other pod has it (a QUANTA_POD process's "
+    "pod is default/NAME)";
 
 // Why the admin socket could not be reached, and what to check.
 std::string unreachable(const std::string& socket_path, int err) {
@@ -64,48 +65,30 @@ std::string unreachable(const std::string& socket_path, int err) {
   }
 }
 
+// The arbiter's answer to `req` (ok or not); throws with what to check when there is none.
 json request(const std::string& socket_path, const json& req) {
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.empty() || socket_path.size() >= sizeof addr.sun_path)
-    throw std::runtime_error("--admin-socket \"" + printable(socket_path) + "\": a path of 1 to " +
-                             std::to_string(sizeof addr.sun_path - 1) + " bytes");
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  quanta::hosted::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) throw std::runtime_error(std::string("socket: ") + std::strerror(errno));
-  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
-    throw std::runtime_error(unreachable(socket_path, errno));
-  const timeval deadline{kAnswerSeconds, 0};
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_RCVTIMEO, &deadline, sizeof deadline);
-  ::setsockopt(fd.get(), SOL_SOCKET, SO_SNDTIMEO, &deadline, sizeof deadline);
-  std::string line = req.dump() + "\n";
-  if (::write(fd.get(), line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-    throw std::runtime_error("cannot send the request to " + socket_path + ": " +
-                             std::strerror(errno));
-  }
-  std::string in;
-  char buf[8192];
-  while (in.find('\n') == std::string::npos) {
-    ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      throw std::runtime_error("quanta-arbiter at " + socket_path + " did not answer within " +
-                               std::to_string(kAnswerSeconds) +
-                               " s: it may be stopped (SIGSTOP) or overloaded; see its log");
-    if (n <= 0)
-      throw std::runtime_error("the arbiter closed " + socket_path + " without answering");
-    in.append(buf, static_cast<size_t>(n));
-  }
-  return json::parse(in.substr(0, in.find('\n')));
+  if (socket_path.empty() || socket_path.size() >= sizeof(sockaddr_un{}.sun_path))
+    throw std::runtime_error("--admin-socket \"" + hosted::printable(socket_path) +
+                             "\": a path of 1 to " +
+                             std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
+  hosted::AdminReply reply =
+      hosted::admin_request(socket_path, req, static_cast<uint64_t>(kAnswerSeconds) * kNs);
+  if (reply.outcome != hosted::AdminOutcome::kUnreachable) return std::move(reply.response);
+  if (reply.connect_error != 0) throw std::runtime_error(unreachable(socket_path, reply.connect_error));
+  if (reply.timed_out)
+    throw std::runtime_error("quanta-arbiter at " + socket_path + " did not answer within " +
+                             std::to_string(kAnswerSeconds) +
+                             " s: it may be stopped (SIGSTOP) or overloaded; see its log");
+  throw std::runtime_error(reply.reason);
 }
 
-using quanta::arbiter::ctl::bytes;
+using quanta::ctl::bytes;
 
 // An answer with "ok": false: its error, escaped, on stderr.
 bool refused(const json& response) {
   if (response.value("ok", false)) return false;
   std::fprintf(stderr, "quantactl: %s\n",
-               printable(response.value("error", std::string("request failed"))).c_str());
+               hosted::printable(response.value("error", std::string("request failed"))).c_str());
   return true;
 }
 
@@ -215,7 +198,7 @@ void print_unmanaged(const json& gpu) {
   if (gpu.contains("unmanaged") && !gpu["unmanaged"].empty()) {
     std::printf("  not managed by Quanta:\n");
     for (const json& u : gpu["unmanaged"]) {
-      std::string pod = u["pod"].is_string() ? printable(u["pod"].get<std::string>()) : "-";
+      std::string pod = u["pod"].is_string() ? hosted::printable(u["pod"].get<std::string>()) : "-";
       std::printf("    pid %-8d %-16s pod %-24s %s\n", u.value("pid", 0),
                   shown(u, "command").c_str(), pod.c_str(),
                   bytes(u.value("memory_used", 0ull)).c_str());
@@ -249,8 +232,9 @@ void print_policy(const json& response) {
   for (const auto& [pod, values] : overrides.items()) {
     std::string text;
     for (const auto& [k, v] : values.items())
-      text += " " + printable(k) + "=" + printable(v.is_string() ? v.get<std::string>() : v.dump());
-    std::printf("%s%s\n", printable(pod).c_str(), text.c_str());
+      text += " " + hosted::printable(k) + "=" +
+              hosted::printable(v.is_string() ? v.get<std::string>() : v.dump());
+    std::printf("%s%s\n", hosted::printable(pod).c_str(), text.c_str());
   }
 }
 
@@ -300,7 +284,7 @@ void print_table(const json& status) {
       uint64_t cap = t.value("memory_cap", 0ull);
       std::string mem = bytes(t.value("pod_memory_used", 0ull)) + "/" +
                         (cap == 0 ? std::string("-") : bytes(cap));
-      const std::string pod = quanta::arbiter::ctl::column(t.value("pod", "?"), 24);
+      const std::string pod = quanta::ctl::column(t.value("pod", "?"), 24);
       std::printf("  %-8d %s %6u %-11s %6.1f%% %7.1f%% %6.1f ms %19s %-11s %8llu\n",
                   t.value("pid", 0), pod.c_str(), t.value("weight", 0u),
                   shown(t, "priority").c_str(), 100.0 * t.value("target_share", 0.0),
@@ -327,8 +311,9 @@ int main(int argc, char** argv) {
   status->add_flag("--json", as_json, "print the status JSON (schema: docs/quantactl-status.md)");
 
   auto* set = app.add_subcommand(
-      "set", "change a running or registered pod's policy live (applies at the next decision; "
-             "lasts as long as the pod)");
+      "set",
+      "change a running or registered pod's policy live (applies at the next decision; "
+      "lasts as long as the pod)");
   std::string pod;
   std::vector<std::string> pairs;
   set->add_option("POD", pod, kPodHelp)->required();
@@ -338,15 +323,18 @@ int main(int argc, char** argv) {
                   "BYTES: 512Mi, 10Gi; DURATION: 500us, 20ms)")
       ->required();
   auto* unset = app.add_subcommand(
-      "unset", "remove a pod's live override (some keys, or all of it): its annotations or the "
-               "node's tables apply again");
+      "unset",
+      "remove a pod's live override (some keys, or all of it): its annotations or the "
+      "node's tables apply again");
   std::vector<std::string> unset_keys;
   unset->add_option("POD", pod, kPodHelp)->required();
-  unset->add_option("KEYS", unset_keys, "weight, priority, min-share, max-share, memory-limit, "
-                                        "quantum (default: every key it overrides)");
-  auto* policy = app.add_subcommand(
-      "policy", "a pod's effective policy and where each value comes from (default, node "
-                "table, annotation, override); without POD, every live override");
+  unset->add_option("KEYS", unset_keys,
+                    "weight, priority, min-share, max-share, memory-limit, "
+                    "quantum (default: every key it overrides)");
+  auto* policy =
+      app.add_subcommand("policy",
+                         "a pod's effective policy and where each value comes from (default, node "
+                         "table, annotation, override); without POD, every live override");
   bool policy_json_out = false;
   policy->add_option("POD", pod, kPodHelp);
   policy->add_flag("--json", policy_json_out, "print the arbiter's policy JSON");
@@ -357,30 +345,35 @@ int main(int argc, char** argv) {
   std::string timeout = "60s";
   bool no_wait = false;
   drain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
-  drain->add_option("--timeout", timeout, "how long to wait for the holder to release (default 60s)")
+  drain
+      ->add_option("--timeout", timeout, "how long to wait for the holder to release (default 60s)")
       ->check(duration_between(0, 24 * 3600 * kNs, "0s to 24h"));
   drain->add_flag("--no-wait", no_wait, "return once the drain is set");
   auto* undrain = app.add_subcommand("undrain", "let a drained GPU be granted again");
   undrain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
-  auto* top = app.add_subcommand(
-      "top", "refreshing view per GPU: each pod's share, target, utilisation, waits and who delayed it, and capacity left");
+  auto* top = app.add_subcommand("top",
+                                 "refreshing view per GPU: each pod's share, target, utilisation, "
+                                 "waits and who delayed it, and capacity left");
   std::string interval = "1s";
   bool once = false;
   top->add_option("--interval", interval, "refresh period, 100ms to 60s (default 1s)")
       ->check(duration_between(kNs / 10, 60 * kNs, "100ms to 60s"));
   top->add_flag("--once", once, "print one frame and exit (no screen control)");
-  top->footer("When standard output is not a terminal, frames are printed one after another "
-              "without screen control, separated by a blank line.");
+  top->footer(
+      "When standard output is not a terminal, frames are printed one after another "
+      "without screen control, separated by a blank line.");
 
-  auto* explain = app.add_subcommand(
-      "explain", "a pod's last minute in words and figures: its share against its target, who delayed it, by how much");
+  auto* explain = app.add_subcommand("explain",
+                                     "a pod's last minute in words and figures: its share against "
+                                     "its target, who delayed it, by how much");
   std::string explain_pod;
   std::string explain_last = "60s";
   bool explain_json = false;
   explain->add_option("POD", explain_pod, kPodHelp)->required();
   explain->add_option("--last", explain_last, "how far back to look, 1s to 60s (default 60s)")
       ->check(duration_between(kNs, 60 * kNs, "1s to 60s"));
-  explain->add_flag("--json", explain_json, "print the arbiter's explain JSON (docs/quantactl-status.md)");
+  explain->add_flag("--json", explain_json,
+                    "print the arbiter's explain JSON (docs/quantactl-status.md)");
 
   try {
     app.parse(argc, argv);
@@ -392,18 +385,22 @@ int main(int argc, char** argv) {
     if (top->parsed()) {
       auto fetch = [&] {
         json r = request(socket_path, {{"cmd", "top"}});
-        if (!r.value("ok", false)) throw std::runtime_error(r.value("error", std::string("top failed")));
+        if (!r.value("ok", false))
+          throw std::runtime_error(r.value("error", std::string("top failed")));
         return r;
       };
-      return quanta::arbiter::ctl::run_top(fetch, static_cast<uint64_t>(seconds_of(interval) * 1000 + 0.5), once);
+      return quanta::ctl::run_top(fetch, static_cast<uint64_t>(seconds_of(interval) * 1000 + 0.5),
+                                  once);
     }
     if (explain->parsed()) {
-      response = request(socket_path, {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", seconds_of(explain_last)}});
+      response = request(
+          socket_path,
+          {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", seconds_of(explain_last)}});
       if (refused(response)) return 1;
       if (explain_json) {
         std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
       } else {
-        std::fputs(quanta::arbiter::ctl::render_explain(response).c_str(), stdout);
+        std::fputs(quanta::ctl::render_explain(response).c_str(), stdout);
       }
       return 0;
     }
@@ -422,7 +419,7 @@ int main(int argc, char** argv) {
     if (unset->parsed()) {
       response = request(socket_path, {{"cmd", "unset"}, {"pod", pod}, {"keys", unset_keys}});
       if (refused(response)) return 1;
-      std::printf("pod %s: live override removed (%s)\n", printable(pod).c_str(),
+      std::printf("pod %s: live override removed (%s)\n", hosted::printable(pod).c_str(),
                   unset_keys.empty() ? "all of it" : "the keys named");
       return 0;
     }
@@ -454,7 +451,7 @@ int main(int argc, char** argv) {
       for (const std::string& p : pairs) {
         auto eq = p.find('=');
         if (eq == std::string::npos || eq == 0) {
-          throw std::runtime_error("\"" + printable(p) +
+          throw std::runtime_error("\"" + hosted::printable(p) +
                                    "\" is not key=value (keys: weight, priority, min-share, "
                                    "max-share, memory-limit, quantum)");
         }
@@ -470,12 +467,12 @@ int main(int argc, char** argv) {
         print_table(response);
       }
     } else {
-      std::printf("pod %s updated%s%s\n", printable(pod).c_str(),
+      std::printf("pod %s updated%s%s\n", hosted::printable(pod).c_str(),
                   response.contains("note") ? ": " : "",
-                  printable(response.value("note", "")).c_str());
+                  hosted::printable(response.value("note", "")).c_str());
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "quantactl: %s\n", printable(e.what()).c_str());
+    std::fprintf(stderr, "quantactl: %s\n", hosted::printable(e.what()).c_str());
     return 1;
   }
   return 0;

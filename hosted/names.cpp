@@ -1,12 +1,12 @@
 // Validation of names at the door and escaping of outside text for logs and terminals.
-#include "arbiter/names.h"
+#include "hosted/names.h"
 
 #include <cstdint>
 #include <cstdio>
 
 #include "common/shm_layout.h"
 
-namespace quanta::arbiter {
+namespace quanta::hosted {
 namespace {
 
 bool pod_key_char(unsigned char c) {
@@ -123,4 +123,4 @@ std::string printable(std::string_view text, bool escape_backslash) {
   return out;
 }
 
-}  // namespace quanta::arbiter
+}  // namespace quanta::hosted

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-namespace quanta::arbiter::ctl {
+namespace quanta::ctl {
 
 // One frame of `quantactl top`, lines cut to `width` columns.
 std::string render_top(const nlohmann::json& top, size_t width);
@@ -22,4 +22,4 @@ std::string render_explain(const nlohmann::json& explain);
 // `fetch` asks the arbiter for `top` and throws on failure.
 int run_top(const std::function<nlohmann::json()>& fetch, uint64_t interval_ms, bool once);
 
-}  // namespace quanta::arbiter::ctl
+}  // namespace quanta::ctl

@@ -1,6 +1,6 @@
 // Rendering of `top` and `explain`, and top's refresh loop (raw terminal input for q, the
 // alternate screen, restored on every way out).
-#include "arbiter/ctl_views.h"
+#include "quantactl/views.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -15,9 +15,9 @@
 #include <sstream>
 #include <vector>
 
-#include "arbiter/ctl_text.h"
+#include "quantactl/text.h"
 
-namespace quanta::arbiter::ctl {
+namespace quanta::ctl {
 namespace {
 
 using nlohmann::json;
@@ -52,7 +52,7 @@ std::string top_delayer(const json& pod) {
   if (behind.empty() || total <= 0) return "-";
   const json& first = behind[0];
   const std::string who = first.value("pod", "");
-  return (who.empty() ? std::string("(nobody)") : printable(who)) + " " +
+  return (who.empty() ? std::string("(nobody)") : hosted::printable(who)) + " " +
          fmt("%.0f%%", 100.0 * first.value("seconds", 0.0) / total);
 }
 
@@ -103,27 +103,27 @@ std::string render_top(const json& top, size_t width) {
   std::string out;
   add_line(out,
            fmt("quantactl top: scope %s, generation %llu, up %.0f s",
-               printable(top.value("scope", "?")).c_str(),
+               hosted::printable(top.value("scope", "?")).c_str(),
                static_cast<unsigned long long>(top.value("generation", 0ull)),
                top.value("uptime_s", 0.0)),
            width);
   for (const json& g : top.value("gpus", json::array())) {
     add_line(out, "", width);
     const std::string holder = g.value("holder", "");
-    add_line(
-        out,
-        fmt("GPU %u %s  %s  busy %s  held %s  switches %llu  waiting %u  holder %s",
-            g.value("index", 0u), printable(g.value("uuid", "?")).c_str(),
-            printable(g.value("model", "")).c_str(), percent(g.value("busy_ratio", 0.0)).c_str(),
-            percent(g.value("held_ratio", 0.0)).c_str(),
-            static_cast<unsigned long long>(g.value("switches", 0ull)), g.value("waiting", 0u),
-            holder.empty() ? "none" : printable(holder).c_str()),
-        width);
+    add_line(out,
+             fmt("GPU %u %s  %s  busy %s  held %s  switches %llu  waiting %u  holder %s",
+                 g.value("index", 0u), hosted::printable(g.value("uuid", "?")).c_str(),
+                 hosted::printable(g.value("model", "")).c_str(),
+                 percent(g.value("busy_ratio", 0.0)).c_str(),
+                 percent(g.value("held_ratio", 0.0)).c_str(),
+                 static_cast<unsigned long long>(g.value("switches", 0ull)), g.value("waiting", 0u),
+                 holder.empty() ? "none" : hosted::printable(holder).c_str()),
+             width);
     std::string fits;
     for (const json& f : g.value("fits", json::array())) {
-      fits +=
-          fmt("  %u x (share %s, memory %s)", f.value("pods", 0u),
-              printable(f.value("share", "")).c_str(), printable(f.value("memory", "")).c_str());
+      fits += fmt("  %u x (share %s, memory %s)", f.value("pods", 0u),
+                  hosted::printable(f.value("share", "")).c_str(),
+                  hosted::printable(f.value("memory", "")).c_str());
     }
     add_line(out,
              fmt("  memory %s used, %s capped, %s unpromised of %s; a new batch pod would get %s; "
@@ -165,7 +165,8 @@ std::string render_top(const json& top, size_t width) {
   std::string node;
   for (const json& f : top.value("node_fits", json::array())) {
     node += fmt("  %u x (share %s, memory %s)", f.value("pods", 0u),
-                printable(f.value("share", "")).c_str(), printable(f.value("memory", "")).c_str());
+                hosted::printable(f.value("share", "")).c_str(),
+                hosted::printable(f.value("memory", "")).c_str());
   }
   add_line(out, "", width);
   add_line(out, "node: pods that still fit:" + node, width);
@@ -174,7 +175,7 @@ std::string render_top(const json& top, size_t width) {
 
 std::string render_explain(const json& e) {
   std::ostringstream out;
-  const std::string pod = printable(e.value("pod", "?"));
+  const std::string pod = hosted::printable(e.value("pod", "?"));
   const json& gpus = e.value("gpus", json::array());
   if (gpus.empty()) out << "Pod " << pod << " has no history on any GPU.\n";
   for (const json& g : gpus) {
@@ -185,11 +186,11 @@ std::string render_explain(const json& e) {
     const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
                  draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
     out << "Pod " << pod << " on GPU " << g.value("index", 0u) << " ("
-        << printable(g.value("uuid", "?")) << "), the last " << fmt("%.0f", span) << " s"
+        << hosted::printable(g.value("uuid", "?")) << "), the last " << fmt("%.0f", span) << " s"
         << (g.value("live", true) ? "" : " (it has left the GPU)") << ":\n";
     std::string neighbours;
     for (const json& n : g.value("neighbours", json::array())) {
-      neighbours += (neighbours.empty() ? "" : ", ") + printable(n.value("pod", "?")) +
+      neighbours += (neighbours.empty() ? "" : ", ") + hosted::printable(n.value("pod", "?")) +
                     " (weight " + std::to_string(n.value("weight", 0u)) + ", " +
                     n.value("priority", "?") + ", " + percent(n.value("achieved_share", 0.0)) + ")";
     }
@@ -224,7 +225,7 @@ std::string render_explain(const json& e) {
         }
         out << (first ? " " : "; ")
             << (who.empty() ? std::string("nobody held the GPU (handoffs, its own ceiling)")
-                            : printable(who) + " held it")
+                            : hosted::printable(who) + " held it")
             << " " << seconds(s);
         first = false;
       }
@@ -263,11 +264,12 @@ std::string render_explain(const json& e) {
           "class gets "
           "nothing while they do.";
     } else if (share + 0.02 >= target || share >= 0.9 * target) {
-      verdict = waiting < 0.05 * span
-                    ? "It got its share and barely waited."
-                    : "It got its share. Its waits were its neighbours' turns" +
-                          (top_holder.empty() ? std::string(".")
-                                              : ", mostly " + printable(top_holder) + "'s.");
+      verdict =
+          waiting < 0.05 * span
+              ? "It got its share and barely waited."
+              : "It got its share. Its waits were its neighbours' turns" +
+                    (top_holder.empty() ? std::string(".")
+                                        : ", mostly " + hosted::printable(top_holder) + "'s.");
     } else if (g.value("max_share", 1.0) < 1.0 && share + 0.02 >= g.value("max_share", 1.0)) {
       verdict = "It was held at its own max-share ceiling, not by its neighbours.";
     } else if (waiting < 0.2 * span) {
@@ -277,7 +279,7 @@ std::string render_explain(const json& e) {
       verdict = "It got less than its target (" + percent(share) + " of " + percent(target) +
                 "): it waited " + seconds(waiting) +
                 (top_holder.empty() ? std::string(".")
-                                    : ", most of it while " + printable(top_holder) +
+                                    : ", most of it while " + hosted::printable(top_holder) +
                                           " held the GPU (" + seconds(top_seconds) + ").");
     }
     out << "  In short: " << verdict << "\n";
@@ -295,10 +297,10 @@ std::string render_explain(const json& e) {
                    fmt("%.0f-%.0f", -s.value("from_s", 0.0), -s.value("to_s", 0.0)).c_str(),
                    percent(s.value("share", 0.0)).c_str(), percent(s.value("target", 0.0)).c_str(),
                    seconds(s.value("waiting_s", 0.0)).c_str(),
-                   b.is_string()
-                       ? (b.get<std::string>().empty() ? "(nobody)"
-                                                       : printable(b.get<std::string>()).c_str())
-                       : "-")
+                   b.is_string() ? (b.get<std::string>().empty()
+                                        ? "(nobody)"
+                                        : hosted::printable(b.get<std::string>()).c_str())
+                                 : "-")
             << "\n";
       }
     }
@@ -325,7 +327,7 @@ int run_top(const std::function<json()>& fetch, uint64_t interval_ms, bool once)
       try {
         frame = render_top(fetch(), 0);
       } catch (const std::exception& e) {
-        frame = "quantactl top: " + printable(e.what()) + " (retrying)\n";
+        frame = "quantactl top: " + hosted::printable(e.what()) + " (retrying)\n";
       }
       std::fputs((frame + "\n").c_str(), stdout);
       std::fflush(stdout);
@@ -344,7 +346,7 @@ int run_top(const std::function<json()>& fetch, uint64_t interval_ms, bool once)
     try {
       frame = render_top(fetch(), terminal_width());
     } catch (const std::exception& e) {
-      frame = "quantactl top: " + printable(e.what()) + " (retrying)\n";
+      frame = "quantactl top: " + hosted::printable(e.what()) + " (retrying)\n";
     }
     frame += "\n(q quits; refreshed every " + std::to_string(interval_ms) + " ms)\n";
     std::fputs("\x1b[H\x1b[2J", stdout);
@@ -366,4 +368,4 @@ int run_top(const std::function<json()>& fetch, uint64_t interval_ms, bool once)
   return 0;
 }
 
-}  // namespace quanta::arbiter::ctl
+}  // namespace quanta::ctl

@@ -6,18 +6,18 @@
 #include <string>
 #include <string_view>
 
-#include "arbiter/names.h"
+#include "hosted/names.h"
 
-namespace quanta::arbiter::ctl {
+namespace quanta::ctl {
 
 // Names tenants chose, escaped for the terminal (names.h).
-using quanta::arbiter::printable;
+using quanta::hosted::printable;
 
-// printable(text) cut to `width` characters (a trailing '~' marks the cut), padded.
+// hosted::printable(text) cut to `width` characters (a trailing '~' marks the cut), padded.
 std::string column(std::string_view text, size_t width);
 
 std::string bytes(uint64_t b);  // "1.5Gi", "300.0Mi", "512"
 std::string percent(double v);  // "57.1%"
 std::string seconds(double s);  // "850 ms", "12.3 s"
 
-}  // namespace quanta::arbiter::ctl
+}  // namespace quanta::ctl

@@ -10,10 +10,10 @@
 #include <string_view>
 #include <vector>
 
-#include "arbiter/capacity.h"
 #include "common/policy.h"
+#include "config/fit_probe.h"
 
-namespace quanta::arbiter {
+namespace quanta::config {
 
 struct SchedulerConfig {
   uint64_t quantum_ns = 20'000'000;          // node default quantum
@@ -53,7 +53,7 @@ struct ShimConfig {
   // (context_overhead.h) unless the config gives a size.
   bool measure_context_overhead = true;
   uint64_t context_overhead = 0;
-  bool count_managed = true;                 // cuMemAllocManaged counts against the cap
+  bool count_managed = true;  // cuMemAllocManaged counts against the cap
 };
 
 // What quanta-hook does at container creation (the other half of its behaviour follows
@@ -74,7 +74,7 @@ struct PolicyBounds {
   uint32_t max_min_share_ppm = common::kShareScale;        // one pod's min-share
   uint32_t namespace_min_share_ppm = common::kShareScale;  // a namespace's pods on one GPU
   bool memory_limit_required = false;  // every pod ends with a cap (its own or [defaults])
-  uint64_t max_memory_limit = 0;       // a ceiling on a pod's cap; 0 = none (then "none" is refused)
+  uint64_t max_memory_limit = 0;  // a ceiling on a pod's cap; 0 = none (then "none" is refused)
 
   bool allows(common::Priority p) const { return (priorities >> static_cast<uint32_t>(p)) & 1u; }
 };
@@ -147,4 +147,4 @@ std::string bounds_error(const PolicyBounds& bounds, const std::string& where,
                          const common::Policy& policy,
                          const std::map<std::string, std::string>& asked);
 
-}  // namespace quanta::arbiter
+}  // namespace quanta::config

@@ -1,7 +1,7 @@
 // Loading and validating the node config with toml++. Every value goes through the
 // common/policy.h parsers so the config, annotations and quantactl accept the same forms;
 // every error carries file:line:column, the key, the value and what is allowed.
-#include "arbiter/config.h"
+#include "config/node_config.h"
 
 #include <toml++/toml.h>
 
@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "arbiter/names.h"
 #include "common/shm_layout.h"
+#include "hosted/names.h"
 
-namespace quanta::arbiter {
+namespace quanta::config {
 namespace {
 
 std::string where(const std::string& source, const toml::source_region& region) {
@@ -45,7 +45,7 @@ bool value_text(const toml::node& node, std::string* out) {
 std::string shown(const toml::node& node) {
   std::ostringstream os;
   if (auto s = node.as_string()) {
-    os << '"' << printable(s->get()) << '"';
+    os << '"' << hosted::printable(s->get()) << '"';
   } else if (node.is_table()) {
     os << "a table";
   } else if (node.is_array()) {
@@ -77,8 +77,9 @@ class Reader {
       if (ok) continue;
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      throw ConfigError(where(source_, k.source()) + ": unknown key \"" + printable(k.str()) +
-                        "\" in " + section + ": allowed keys are " + list);
+      throw ConfigError(where(source_, k.source()) + ": unknown key \"" +
+                        hosted::printable(k.str()) + "\" in " + section + ": allowed keys are " +
+                        list);
     }
   }
 
@@ -114,7 +115,8 @@ class Reader {
     if (text == "0" || text == "0%" || text == "0.0") return 0;
     uint32_t ppm = 0;
     common::ParseError err;
-    if (!common::parse_share(text, &ppm, &err)) fail(node, key, std::string(err.text) + ": " + allowed);
+    if (!common::parse_share(text, &ppm, &err))
+      fail(node, key, std::string(err.text) + ": " + allowed);
     if (ppm > kMaxPpm) fail(node, key, "\"" + text + "\" is more than half a quantum: " + allowed);
     return ppm;
   }
@@ -150,7 +152,8 @@ class Reader {
 
   // [bounds] or [namespace."NAME"]: what pods' annotations may ask for; unset keys keep
   // what `bounds` held (the built-in bounds, or [bounds] for a namespace).
-  void bounds_table(const toml::table& table, const std::string& section, PolicyBounds* bounds) const {
+  void bounds_table(const toml::table& table, const std::string& section,
+                    PolicyBounds* bounds) const {
     check_keys(table, "[" + section + "]",
                {"max_weight", "priorities", "max_min_share", "namespace_min_share", "memory_limit",
                 "max_memory_limit"});
@@ -173,7 +176,8 @@ class Reader {
           bounds->priorities |= 1u << static_cast<uint32_t>(p);
         }
       } else if (k == "max_min_share" || k == "namespace_min_share") {
-        uint32_t* out = k == "max_min_share" ? &bounds->max_min_share_ppm : &bounds->namespace_min_share_ppm;
+        uint32_t* out =
+            k == "max_min_share" ? &bounds->max_min_share_ppm : &bounds->namespace_min_share_ppm;
         if (!value_text(v, &text)) fail(v, key, "use a share (\"50%\", 0.5) or 0");
         if (text == "0" || text == "0%" || text == "none") {
           *out = 0;
@@ -214,18 +218,24 @@ bool valid_scope(const std::string& s) {
 
 const char* unplaced_name(UnplacedAction a) {
   switch (a) {
-    case UnplacedAction::kOpen: return "open";
-    case UnplacedAction::kClosed: return "closed";
-    case UnplacedAction::kClosedIfCapped: return "closed-if-capped";
+    case UnplacedAction::kOpen:
+      return "open";
+    case UnplacedAction::kClosed:
+      return "closed";
+    case UnplacedAction::kClosedIfCapped:
+      return "closed-if-capped";
   }
   return "?";
 }
 
 const char* over_cap_name(OverCapAction a) {
   switch (a) {
-    case OverCapAction::kReport: return "report";
-    case OverCapAction::kDeny: return "deny";
-    case OverCapAction::kKill: return "kill";
+    case OverCapAction::kReport:
+      return "report";
+    case OverCapAction::kDeny:
+      return "deny";
+    case OverCapAction::kKill:
+      return "kill";
   }
   return "?";
 }
@@ -318,9 +328,10 @@ std::string bytes_text(uint64_t bytes) {
 
 std::string priorities_text(uint32_t bits) {
   std::string out;
-  for (common::Priority p : {common::Priority::kInteractive, common::Priority::kBatch,
-                             common::Priority::kBestEffort}) {
-    if ((bits >> static_cast<uint32_t>(p)) & 1u) out += (out.empty() ? "" : ", ") + std::string(common::priority_name(p));
+  for (common::Priority p :
+       {common::Priority::kInteractive, common::Priority::kBatch, common::Priority::kBestEffort}) {
+    if ((bits >> static_cast<uint32_t>(p)) & 1u)
+      out += (out.empty() ? "" : ", ") + std::string(common::priority_name(p));
   }
   return out.empty() ? "none" : out;
 }
@@ -334,11 +345,13 @@ std::string bounds_error(const PolicyBounds& b, const std::string& where, const 
     auto it = asked.find(dashed);
     if (it == asked.end()) it = asked.find(underscored);
     if (it == asked.end()) return "";
-    return "annotation quanta.dev/" + std::string(dashed) + " = \"" + printable(it->second) + "\"";
+    return "annotation quanta.dev/" + std::string(dashed) + " = \"" +
+           hosted::printable(it->second) + "\"";
   };
   auto refused = [&](const char* dashed, const char* underscored, const std::string& allowed) {
     std::string what = said(dashed, underscored);
-    if (what.empty()) what = std::string("no quanta.dev/") + dashed + " annotation (the node's default)";
+    if (what.empty())
+      what = std::string("no quanta.dev/") + dashed + " annotation (the node's default)";
     return what + " is beyond the node's bounds: " + where + " allows " + allowed;
   };
   if (p.weight > b.max_weight)
@@ -350,8 +363,9 @@ std::string bounds_error(const PolicyBounds& b, const std::string& where, const 
                    b.max_min_share_ppm == 0 ? std::string("no min-share")
                                             : "min-share up to " + share_text(b.max_min_share_ppm));
   if (p.min_share_ppm > b.namespace_min_share_ppm)
-    return refused("min-share", "min_share",
-                   "min-share up to " + share_text(b.namespace_min_share_ppm) + " per namespace and GPU");
+    return refused(
+        "min-share", "min_share",
+        "min-share up to " + share_text(b.namespace_min_share_ppm) + " per namespace and GPU");
   const std::string ceiling =
       b.max_memory_limit ? " up to " + bytes_text(b.max_memory_limit) : std::string();
   if ((b.memory_limit_required || b.max_memory_limit != 0) && p.memory_limit == 0)
@@ -385,9 +399,8 @@ bool date_then_one_digit(std::string_view text, size_t at) {
     ++counted;
     if ((counted == 3 || counted == 6) && c != '-') dashes = false;
     if (counted < 10) continue;
-    const bool value_start = start == 0 || ends_value(text[start - 1]) ||
-                             text[start - 1] == '=' || text[start - 1] == '[' ||
-                             text[start - 1] == '{';
+    const bool value_start = start == 0 || ends_value(text[start - 1]) || text[start - 1] == '=' ||
+                             text[start - 1] == '[' || text[start - 1] == '{';
     return value_start && dashes && ((c >= '0' && c <= '9') || c == '+' || c == '-');
   }
   return false;
@@ -518,21 +531,20 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     root = toml::parse(text, source_name);
   } catch (const toml::parse_error& e) {
     // toml++ quotes what it saw, newlines and control characters included: one line, escaped.
-    throw ConfigError(where(source_name, e.source()) + ": " + printable(e.description()));
+    throw ConfigError(where(source_name, e.source()) + ": " + hosted::printable(e.description()));
   }
   Reader r(source_name);
   NodeConfig cfg;
   cfg.source = source_name;
   r.check_keys(root, "the top level",
-               {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod", "bounds",
-                "namespace"});
+               {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod",
+                "bounds", "namespace"});
 
   if (auto n = root.get("node")) {
     const toml::table& node = r.table_value(*n, "node");
-    r.check_keys(
-        node, "[node]",
-        {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus",
-         "nvml_interval", "nice"});
+    r.check_keys(node, "[node]",
+                 {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered",
+                  "gpus", "nvml_interval", "nice"});
     for (auto&& [k, v] : node) {
       std::string key = "node." + std::string(k.str());
       if (k == "scope") {
@@ -553,12 +565,14 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
         } else {
           cfg.nvml_interval_ns = r.duration_value(v, key);
           if (cfg.nvml_interval_ns < 100'000'000 || cfg.nvml_interval_ns > 60'000'000'000)
-            r.fail(v, key, "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
+            r.fail(v, key,
+                   "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
         }
       } else if (k == "nice") {
         auto i = v.as_integer();
         if (i == nullptr || i->get() < -20 || i->get() > 19)
-          r.fail(v, key, "use a whole number from -20 (first to run) to 19 (last), as nice(1) takes");
+          r.fail(v, key,
+                 "use a whole number from -20 (first to run) to 19 (last), as nice(1) takes");
         cfg.nice = static_cast<int>(i->get());
       } else if (k == "gpus") {
         auto arr = v.as_array();
@@ -693,7 +707,8 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
         std::string share_text, memory_text;
         if (share == nullptr || memory == nullptr || !value_text(*share, &share_text) ||
             !value_text(*memory, &memory_text)) {
-          r.fail(e, "metrics.fit_probes", std::string("each entry needs share and memory: ") + usage);
+          r.fail(e, "metrics.fit_probes",
+                 std::string("each entry needs share and memory: ") + usage);
         }
         FitProbe p;
         std::string err = parse_fit_probe(share_text, memory_text, &p);
@@ -708,7 +723,8 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     if (auto l = t.get("listen")) {
       cfg.metrics.listen = r.string_value(*l, "metrics.listen");
       const size_t colon = cfg.metrics.listen.rfind(':');
-      const std::string port = colon == std::string::npos ? "" : cfg.metrics.listen.substr(colon + 1);
+      const std::string port =
+          colon == std::string::npos ? "" : cfg.metrics.listen.substr(colon + 1);
       bool digits = !port.empty() && port.size() <= 5 &&
                     port.find_first_not_of("0123456789") == std::string::npos;
       if (colon == 0 || !digits || std::stoul(port) > 65535)
@@ -720,14 +736,16 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     r.policy_table(r.table_value(*n, "defaults"), "defaults", &cfg.defaults);
   }
 
-  if (auto n = root.get("bounds")) r.bounds_table(r.table_value(*n, "bounds"), "bounds", &cfg.bounds);
+  if (auto n = root.get("bounds"))
+    r.bounds_table(r.table_value(*n, "bounds"), "bounds", &cfg.bounds);
   if (auto n = root.get("namespace")) {
     const toml::table& spaces = r.table_value(*n, "namespace");
     for (auto&& [k, v] : spaces) {
       const std::string name(k.str());
-      const std::string section = "namespace.\"" + printable(name) + "\"";
+      const std::string section = "namespace.\"" + hosted::printable(name) + "\"";
       bool ok = !name.empty() && name.size() <= 63;
-      for (unsigned char c : name) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+      for (unsigned char c : name)
+        ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
       if (!ok) r.fail(v, section, "a namespace name is 1 to 63 lowercase letters, digits or '-'");
       PolicyBounds b = cfg.bounds;
       r.bounds_table(r.table_value(v, section), section, &b);
@@ -737,8 +755,10 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
   // Every pod that asks for nothing gets [defaults]: each bounds table must allow them.
   auto check_defaults = [&](const PolicyBounds& b, const std::string& section) {
     std::string err;
-    if (cfg.defaults.weight > b.max_weight) err = "weight " + std::to_string(cfg.defaults.weight);
-    else if (!b.allows(cfg.defaults.priority)) err = std::string("priority ") + common::priority_name(cfg.defaults.priority);
+    if (cfg.defaults.weight > b.max_weight)
+      err = "weight " + std::to_string(cfg.defaults.weight);
+    else if (!b.allows(cfg.defaults.priority))
+      err = std::string("priority ") + common::priority_name(cfg.defaults.priority);
     else if (cfg.defaults.min_share_ppm > std::min(b.max_min_share_ppm, b.namespace_min_share_ppm))
       err = "min_share " + share_text(cfg.defaults.min_share_ppm);
     else if (b.max_memory_limit != 0 && cfg.defaults.memory_limit > b.max_memory_limit)
@@ -749,14 +769,16 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
                         "or widen the bounds");
   };
   check_defaults(cfg.bounds, "bounds");
-  for (const auto& [name, b] : cfg.namespace_bounds) check_defaults(b, "namespace.\"" + name + "\"");
+  for (const auto& [name, b] : cfg.namespace_bounds)
+    check_defaults(b, "namespace.\"" + name + "\"");
 
   if (auto n = root.get("pod")) {
     const toml::table& pods = r.table_value(*n, "pod");
     for (auto&& [k, v] : pods) {
       std::string name(k.str());
-      std::string section = "pod.\"" + printable(name) + "\"";
-      if (std::string err = check_pod_key(name, "the pod name"); !err.empty()) r.fail(v, section, err);
+      std::string section = "pod.\"" + hosted::printable(name) + "\"";
+      if (std::string err = hosted::check_pod_key(name, "the pod name"); !err.empty())
+        r.fail(v, section, err);
       common::Policy p = cfg.defaults;
       r.policy_table(r.table_value(v, section), section, &p);
       cfg.pods[name] = p;
@@ -765,10 +787,11 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
     uint64_t promised = 0;
     for (const auto& [name, p] : cfg.pods) promised += p.min_share_ppm;
     if (promised > common::kShareScale) {
-      throw ConfigError(source_name + ": the [pod] tables promise min_share " +
-                        share_text(static_cast<uint32_t>(std::min<uint64_t>(promised, UINT32_MAX))) +
-                        " of a GPU in all: the minimums of pods that can share a GPU must add up "
-                        "to at most 1");
+      throw ConfigError(
+          source_name + ": the [pod] tables promise min_share " +
+          share_text(static_cast<uint32_t>(std::min<uint64_t>(promised, UINT32_MAX))) +
+          " of a GPU in all: the minimums of pods that can share a GPU must add up "
+          "to at most 1");
     }
   }
   return cfg;
@@ -782,4 +805,4 @@ NodeConfig load_config(const std::string& path) {
   return parse_config(ss.str(), path);
 }
 
-}  // namespace quanta::arbiter
+}  // namespace quanta::config

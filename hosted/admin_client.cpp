@@ -1,5 +1,5 @@
 // A non-blocking unix-socket exchange with poll(2) against one deadline.
-#include "hooks/admin_client.h"
+#include "hosted/admin_client.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,9 +12,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "hosted/errno_text.h"
 #include "hosted/unique_fd.h"
 
-namespace quanta::hooks {
+namespace quanta::hosted {
 namespace {
 
 constexpr size_t kMaxAnswerBytes = 1 << 20;
@@ -25,7 +26,7 @@ uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-using Fd = hosted::UniqueFd;
+using Fd = UniqueFd;
 
 // Waits for `events` until the deadline; false on timeout or error.
 bool wait_for(int fd, short events, uint64_t deadline_ns) {
@@ -64,7 +65,7 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
   std::memcpy(address.sun_path, socket_path.c_str(), socket_path.size() + 1);
   Fd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (fd.get() < 0) {
-    reply.reason = std::string("socket() failed: ") + std::strerror(errno);
+    reply.reason = std::string("socket() failed: ") + errno_text(errno);
     return reply;
   }
   for (;;) {
@@ -74,6 +75,7 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
       // A full backlog: the arbiter is alive but behind; wait for it within the deadline.
       if (!wait_for(fd.get(), POLLOUT, deadline)) {
         reply.reason = where + " did not accept the connection within " + seconds(timeout_ns);
+        reply.timed_out = true;
         return reply;
       }
       int err = 0;
@@ -82,7 +84,8 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
       if (err == 0) break;
       errno = err;
     }
-    reply.reason = "cannot connect to " + where + ": " + std::strerror(errno);
+    reply.connect_error = errno;
+    reply.reason = "cannot connect to " + where + ": " + errno_text(errno);
     return reply;
   }
 
@@ -96,7 +99,7 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && wait_for(fd.get(), POLLOUT, deadline)) continue;
-    reply.reason = "cannot send to " + where + (n < 0 ? std::string(": ") + std::strerror(errno)
+    reply.reason = "cannot send to " + where + (n < 0 ? std::string(": ") + errno_text(errno)
                                                       : std::string(" within the deadline"));
     return reply;
   }
@@ -105,6 +108,7 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
   while (in.find('\n') == std::string::npos) {
     if (!wait_for(fd.get(), POLLIN, deadline)) {
       reply.reason = where + " did not answer within " + seconds(timeout_ns);
+      reply.timed_out = true;
       return reply;
     }
     char buf[8192];
@@ -136,4 +140,4 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
   return reply;
 }
 
-}  // namespace quanta::hooks
+}  // namespace quanta::hosted

@@ -1,11 +1,11 @@
-// Formatting for quantactl's views (escaping is names.cpp's printable).
-#include "arbiter/ctl_text.h"
+// Formatting for quantactl's views (escaping is hosted/names.h printable).
+#include "quantactl/text.h"
 
 #include <cstdio>
 
-namespace quanta::arbiter::ctl {
+namespace quanta::ctl {
 std::string column(std::string_view text, size_t width) {
-  const std::string safe = printable(text);
+  const std::string safe = hosted::printable(text);
   // Count characters, not bytes: what is left is valid UTF-8 without control characters.
   std::string out;
   size_t chars = 0;
@@ -66,4 +66,4 @@ std::string seconds(double s) {
   return buf;
 }
 
-}  // namespace quanta::arbiter::ctl
+}  // namespace quanta::ctl

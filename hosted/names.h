@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-namespace quanta::arbiter {
+namespace quanta::hosted {
 
 // "" when `key` may name a pod: 1 to 255 bytes of letters, digits and . _ - / : @ + =
 // (Kubernetes "namespace/name", "uid:<uid>", development names). Otherwise one line
@@ -28,4 +28,4 @@ size_t utf8_length(std::string_view s, size_t i);
 // one line without its escapes being escaped again.
 std::string printable(std::string_view text, bool escape_backslash = true);
 
-}  // namespace quanta::arbiter
+}  // namespace quanta::hosted
