@@ -1,9 +1,9 @@
 // The closed-loop batch mix behind `fairness`, `overhead` and `scale`: tenants with
 // weights on one or more devices, shares from simgpu's log (or the tenants' reports on a
 // real GPU), the arbiter's CPU time over the steady window, optionally handoffs traced.
-#include "scenarios.h"
-#include "stats.h"
-#include "tracer.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
+#include "bench/tracer.h"
 
 #include <time.h>
 

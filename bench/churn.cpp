@@ -8,8 +8,8 @@
 #include <cmath>
 #include <random>
 
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

@@ -1,6 +1,6 @@
 // Helpers every scenario uses: targets, notes, measurement windows, shares of GPU time.
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 #include <algorithm>
 #include <cmath>

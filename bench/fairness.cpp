@@ -1,8 +1,8 @@
 // `fairness`: three closed-loop batch tenants with weights 1:2:4 and 2 ms kernels. Native
 // time slicing ignores weights, so its error against the weighted targets shows how far
 // the hardware's policy is from the one asked for; Quanta must land within 2 pp.
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

@@ -1,7 +1,7 @@
 // One-hop futex wake latency between a parent and a forked child sharing an anonymous
 // mapping: the parent stamps the time, bumps the word and wakes; the child, asleep in
 // FUTEX_WAIT, records how long it took to run again and acknowledges.
-#include "futex_floor.h"
+#include "bench/futex_floor.h"
 
 #include "common/clock.h"
 #include "common/futex.h"

@@ -3,10 +3,10 @@
 // first launch, taken from the shim's USDT probes (quanta-trace); the floor is a one-hop
 // process-shared futex wake measured in the same run. simgpu's log adds the device-side
 // view: idle time between two tenants' slices, for native time slicing too.
-#include "futex_floor.h"
-#include "scenarios.h"
-#include "stats.h"
-#include "tracer.h"
+#include "bench/futex_floor.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
+#include "bench/tracer.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // Paths, environments, the arbiter's temporary config and the synchronised start of a
 // scenario's tenants.
-#include "harness.h"
+#include "bench/harness.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "pod_cgroups.h"
-#include "process.h"
-#include "simlog.h"
+#include "bench/pod_cgroups.h"
+#include "bench/process.h"
+#include "bench/simlog.h"
 
 namespace quanta::bench {
 

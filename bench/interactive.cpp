@@ -6,8 +6,8 @@
 // under Quanta the request shares it with at most the one batch kernel still draining.
 #include <cstdio>
 
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

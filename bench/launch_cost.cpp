@@ -4,8 +4,8 @@
 // libquanta.so preloaded under its own arbiter, alternately, and the medians are compared.
 #include <algorithm>
 
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

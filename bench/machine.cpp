@@ -1,7 +1,7 @@
 // Machine description and real-GPU detection.
-#include "machine.h"
+#include "bench/machine.h"
 
-#include "process.h"
+#include "bench/process.h"
 
 #include <dlfcn.h>
 #include <link.h>

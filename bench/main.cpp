@@ -1,8 +1,8 @@
 // quanta-bench: runs one benchmark scenario (native baseline and Quanta side by side, on
 // simgpu or a real GPU) and prints one JSON object on stdout; progress goes to stderr.
-#include "harness.h"
-#include "machine.h"
-#include "scenarios.h"
+#include "bench/harness.h"
+#include "bench/machine.h"
+#include "bench/scenarios.h"
 
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>

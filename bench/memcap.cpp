@@ -4,9 +4,9 @@
 // sampled from the pod's ledger (the arbiter's sealed memfd, mapped read-only) while they
 // run and cross-checked with the tenants' own reports; the native run, with no cap, shows
 // what the pod would take.
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 #include "common/shm_layout.h"
-#include "scenarios.h"
-#include "stats.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

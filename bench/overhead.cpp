@@ -1,8 +1,8 @@
 // `overhead`: three equal closed-loop batch tenants with 2 ms kernels. Useful throughput
 // is the kernel-seconds the tenants complete per second; Quanta's gating must not lose
 // any against native time slicing (it switches less often than the hardware does).
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

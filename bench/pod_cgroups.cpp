@@ -1,6 +1,6 @@
 // Finding the bench's own cgroup in the hierarchy the arbiter reads, and making and removing
 // a child of it per pod.
-#include "pod_cgroups.h"
+#include "bench/pod_cgroups.h"
 
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -18,8 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench/process.h"
 #include "common/cgroup.h"
-#include "process.h"
 
 namespace quanta::bench {
 

@@ -1,5 +1,5 @@
 // Spawning, waiting for and measuring the benchmark's child processes.
-#include "process.h"
+#include "bench/process.h"
 
 #include <fcntl.h>
 #include <signal.h>

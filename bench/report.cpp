@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "report_compare.h"
+#include "bench/report_compare.h"
 
 namespace {
 

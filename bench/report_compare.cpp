@@ -1,7 +1,7 @@
 // Folding repeated runs of a scenario into one, and setting a run's figures against the
 // previous run's: the arithmetic behind the "changes" quanta-bench-report prints and
 // writes into RESULTS.md (tests/bench/report_compare_test.cpp holds it to account).
-#include "report_compare.h"
+#include "bench/report_compare.h"
 
 #include <algorithm>
 #include <cmath>

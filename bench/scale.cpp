@@ -1,8 +1,8 @@
 // `scale`: 64 batch tenants on one GPU, and 8 GPUs with 8 tenants each (weights cycling
 // 1, 2, 4, 8 so the error is measured against unequal targets). Figures: share error,
 // handoff p99 from the shim's probes, and the arbiter's CPU seconds per second.
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 #include <cmath>
 

@@ -4,7 +4,7 @@
 // a note saying why.
 #pragma once
 
-#include "harness.h"
+#include "bench/harness.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,5 +1,5 @@
 // Parsing and analysis of simgpu's execution log.
-#include "simlog.h"
+#include "bench/simlog.h"
 
 #include <algorithm>
 #include <fstream>

@@ -20,8 +20,8 @@
 #include <sstream>
 #include <thread>
 
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 namespace quanta::bench {
 

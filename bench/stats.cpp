@@ -1,5 +1,5 @@
 // Percentiles, means and null-aware JSON figures.
-#include "stats.h"
+#include "bench/stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,8 +1,8 @@
 // Records the shim's handoff probes through tracefs uprobes beside a run, or runs
 // quanta-trace handoff and reads its timeline when tracefs cannot be used.
-#include "tracer.h"
+#include "bench/tracer.h"
 
-#include "stats.h"
+#include "bench/stats.h"
 
 #include <nlohmann/json.hpp>
 

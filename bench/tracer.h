@@ -4,9 +4,9 @@
 // release-to-next-launch interval is a sample on CLOCK_MONOTONIC.
 #pragma once
 
-#include "harness.h"
-#include "simlog.h"
-#include "uprobe_trace.h"
+#include "bench/harness.h"
+#include "bench/simlog.h"
+#include "bench/uprobe_trace.h"
 
 #include <map>
 #include <memory>

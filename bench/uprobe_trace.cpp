@@ -1,5 +1,5 @@
 // ELF note parsing for USDT probes and the tracefs uprobe session.
-#include "uprobe_trace.h"
+#include "bench/uprobe_trace.h"
 
 #include <elf.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // Admin-socket discovery and the status request. The socket path can be longer than
 // sun_path allows once prefixed with /proc/<pid>/root, so it is opened with O_PATH and
 // connected to as /proc/self/fd/<n>.
-#include "arbiter_client.h"
+#include "bpf/arbiter_client.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -13,9 +13,9 @@
 #include <set>
 #include <sstream>
 
+#include "bpf/trace_run.h"
 #include "hosted/admin_client.h"
 #include "hosted/unique_fd.h"
-#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {

@@ -1,6 +1,6 @@
 // Reads an ELF file's symbol tables with libelf and converts each function's address to
 // the file offset a uprobe names (address - section address + section offset).
-#include "elf_symbols.h"
+#include "bpf/elf_symbols.h"
 
 #include <fcntl.h>
 #include <gelf.h>
@@ -10,8 +10,8 @@
 #include <cerrno>
 #include <memory>
 
+#include "bpf/trace_run.h"
 #include "hosted/unique_fd.h"
-#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {

@@ -1,7 +1,7 @@
 // quanta-trace handoff: attaches handoff.bpf.c to the quanta:* USDT probes of a binary or
 // library and reports handoff latency and gate wait per device, plus an optional
 // Chrome/Perfetto timeline of grants, releases, holds, waits and handoffs.
-#include "handoff.h"
+#include "bpf/handoff.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -23,10 +23,10 @@
 #include <thread>
 #include <vector>
 
+#include "bpf/histogram.h"
+#include "bpf/tools.h"
+#include "bpf/trace_run.h"
 #include "handoff.skel.h"
-#include "histogram.h"
-#include "tools.h"
-#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {

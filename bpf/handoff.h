@@ -3,7 +3,7 @@
 #ifndef QUANTA_BPF_HANDOFF_H
 #define QUANTA_BPF_HANDOFF_H
 
-#include "hist.h"
+#include "bpf/hist.h"
 
 #define QUANTA_HANDOFF_MAX_DEVICES 64
 

@@ -1,6 +1,6 @@
 // Log2 histogram arithmetic and formatting for quanta-trace. Buckets are the kernel
 // side's, unchanged: percentiles are estimates within a factor-of-two bucket.
-#include "histogram.h"
+#include "bpf/histogram.h"
 
 #include <algorithm>
 #include <cstdio>

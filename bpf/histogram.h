@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "hist.h"
+#include "bpf/hist.h"
 
 namespace quanta::bpf {
 

@@ -1,7 +1,7 @@
 // /proc readers for node discovery. A mapped file is opened through
 // /proc/<pid>/map_files/<range>, which reaches the very file the process mapped even when
 // it lives in another mount namespace, under an overlayfs, or was deleted since.
-#include "node_scan.h"
+#include "bpf/node_scan.h"
 
 #include <dirent.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
 // NVML's per-device process lists (hosted/nvml.h loads the library): _v3 of the list where
 // the driver has it (its layout differs from the unversioned export's).
-#include "nvml_processes.h"
+#include "bpf/nvml_processes.h"
 
 #include <vector>
 

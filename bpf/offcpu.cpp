@@ -1,6 +1,6 @@
 // quanta-trace offcpu: run-queue latency and off-CPU time of the given processes, from
 // offcpu.bpf.c, printed as histograms per process (text, JSON or Prometheus).
-#include "offcpu.h"
+#include "bpf/offcpu.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -15,10 +15,10 @@
 #include <string>
 #include <thread>
 
-#include "histogram.h"
+#include "bpf/histogram.h"
+#include "bpf/tools.h"
+#include "bpf/trace_run.h"
 #include "offcpu.skel.h"
-#include "tools.h"
-#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {

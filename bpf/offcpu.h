@@ -3,7 +3,7 @@
 #ifndef QUANTA_BPF_OFFCPU_H
 #define QUANTA_BPF_OFFCPU_H
 
-#include "hist.h"
+#include "bpf/hist.h"
 
 #define QUANTA_OFFCPU_MAX_TGIDS 64
 

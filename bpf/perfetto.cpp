@@ -1,7 +1,7 @@
 // Chrome trace event JSON: complete events ("X") nest by time on one row, so every row is
 // built from non-overlapping spans (holds and the waits between them; driver spans in
 // lanes) and children are clipped to their parent.
-#include "perfetto.h"
+#include "bpf/perfetto.h"
 
 #include <algorithm>
 #include <map>

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "session_view.h"
+#include "bpf/session_view.h"
 
 namespace quanta::bpf {
 

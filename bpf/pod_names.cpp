@@ -2,7 +2,7 @@
 // name (when the container has its own UTS namespace) and the service-account mount its
 // namespace; the cgroup path holds the pod UID (cgroupfs: pod<uid>, systemd:
 // pod<uid with _ for ->.slice).
-#include "pod_names.h"
+#include "bpf/pod_names.h"
 
 #include <sys/stat.h>
 
@@ -10,7 +10,7 @@
 #include <regex>
 #include <sstream>
 
-#include "node_scan.h"
+#include "bpf/node_scan.h"
 
 namespace quanta::bpf {
 namespace {

@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "bpf/tools.h"
+#include "bpf/trace_run.h"
 #include "common/policy.h"
 #include "common/version.h"
-#include "tools.h"
-#include "trace_run.h"
 
 namespace {
 

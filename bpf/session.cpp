@@ -3,7 +3,7 @@
 // tracepoints, Quanta's USDT probes in every arbiter and libquanta.so, and uprobes in
 // every libcuda.so.1, keeps looking for new ones while it runs, then hands a SessionView
 // to the outputs (session_report.h, perfetto.h, svg_timeline.h).
-#include "session.h"
+#include "bpf/session.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
@@ -20,19 +20,19 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "arbiter_client.h"
+#include "bpf/arbiter_client.h"
+#include "bpf/elf_symbols.h"
+#include "bpf/node_scan.h"
+#include "bpf/nvml_processes.h"
+#include "bpf/perfetto.h"
+#include "bpf/pod_names.h"
+#include "bpf/session_report.h"
+#include "bpf/session_view.h"
+#include "bpf/svg_timeline.h"
+#include "bpf/tools.h"
+#include "bpf/trace_run.h"
 #include "common/pod_key.h"
-#include "elf_symbols.h"
-#include "node_scan.h"
-#include "nvml_processes.h"
-#include "perfetto.h"
-#include "pod_names.h"
 #include "session.skel.h"
-#include "session_report.h"
-#include "session_view.h"
-#include "svg_timeline.h"
-#include "tools.h"
-#include "trace_run.h"
 
 namespace quanta::bpf {
 namespace {

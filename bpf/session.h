@@ -4,7 +4,7 @@
 #ifndef QUANTA_BPF_SESSION_H
 #define QUANTA_BPF_SESSION_H
 
-#include "hist.h"
+#include "bpf/hist.h"
 
 #define QUANTA_SESSION_MAX_PROCS 8192    /* processes with driver statistics */
 #define QUANTA_SESSION_MAX_THREADS 16384 /* threads watched at once (gate waiters, arbiter) */

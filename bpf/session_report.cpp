@@ -2,7 +2,7 @@
 // waits, drains, revoke-to-release, per pod the same figures and where its time went, per
 // process the driver's launch-to-completion and sync waits, and the two instruments side
 // by side.
-#include "session_report.h"
+#include "bpf/session_report.h"
 
 #include <algorithm>
 #include <cstdio>

@@ -5,7 +5,7 @@
 #include <iosfwd>
 #include <nlohmann/json.hpp>
 
-#include "session_view.h"
+#include "bpf/session_view.h"
 
 namespace quanta::bpf {
 

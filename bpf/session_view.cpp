@@ -1,5 +1,5 @@
 // The filters (--gpu, --pod) and names every output of a session shares.
-#include "session_view.h"
+#include "bpf/session_view.h"
 
 namespace quanta::bpf {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "histogram.h"
-#include "switch_model.h"
+#include "bpf/histogram.h"
+#include "bpf/switch_model.h"
 
 namespace quanta::bpf {
 

@@ -1,6 +1,6 @@
 // SVG drawing of a session: rows of rectangles on one time axis. Spans outside the window
 // are left out and the rest clipped to it, so a long session stays a small file.
-#include "svg_timeline.h"
+#include "bpf/svg_timeline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <vector>
 
-#include "perfetto.h"
+#include "bpf/perfetto.h"
 
 namespace quanta::bpf {
 namespace {

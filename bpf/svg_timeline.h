@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "session_view.h"
+#include "bpf/session_view.h"
 
 namespace quanta::bpf {
 

@@ -1,7 +1,7 @@
 // Pairing rules for a session's events, GPU by GPU in time order: a grant opens a hold and,
 // when it goes to another slot than the previous grant, a switch; the holder's release
 // closes its hold; the new holder's first gate exit after the grant completes the switch.
-#include "switch_model.h"
+#include "bpf/switch_model.h"
 
 #include <algorithm>
 #include <cmath>

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "histogram.h"
-#include "session.h"
+#include "bpf/histogram.h"
+#include "bpf/session.h"
 
 namespace quanta::bpf {
 

@@ -1,5 +1,5 @@
 // The bounded tracing session shared by quanta-trace's tools, and libbpf's log hook.
-#include "trace_run.h"
+#include "bpf/trace_run.h"
 
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>

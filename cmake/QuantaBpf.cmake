@@ -76,7 +76,7 @@ function(quanta_bpf_skeleton name source)
     OUTPUT ${obj}
     COMMAND ${QUANTA_BPF_CLANG} -g -O2 -target bpf -D__TARGET_ARCH_${QUANTA_BPF_TARGET_ARCH}
             -Wall -Werror
-            -I${out_dir} -I${src_dir} -I/usr/include/${_quanta_multiarch}
+            -I${out_dir} -I${src_dir} -I${CMAKE_SOURCE_DIR} -I/usr/include/${_quanta_multiarch}
             -MD -MF ${obj}.d -MT ${obj}
             -c ${src} -o ${obj}
     DEPENDS ${src} ${QUANTA_VMLINUX_H}

@@ -1,6 +1,6 @@
 // quanta-arbiter as a process (tests/arbiter/daemon_harness.h): admission, regions by
 // descriptor, scheduling promises, restart, quantactl and config errors.
-#include "daemon_harness.h"
+#include "tests/arbiter/daemon_harness.h"
 
 #include <sys/resource.h>
 

@@ -5,7 +5,7 @@
 // quanta-tenant run straight on simgpu, without the shim.
 #include <sys/un.h>
 
-#include "daemon_harness.h"
+#include "tests/arbiter/daemon_harness.h"
 
 namespace quanta::arbiter {
 namespace {

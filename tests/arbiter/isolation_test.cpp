@@ -12,7 +12,7 @@
 #include <sys/resource.h>
 #include <sys/un.h>
 
-#include "daemon_harness.h"
+#include "tests/arbiter/daemon_harness.h"
 
 namespace quanta::arbiter {
 namespace {

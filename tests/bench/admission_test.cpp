@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "run_command.h"
+#include "tests/bench/run_command.h"
 
 namespace {
 

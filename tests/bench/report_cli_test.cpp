@@ -12,7 +12,7 @@
 #include <sstream>
 #include <string>
 
-#include "run_command.h"
+#include "tests/bench/run_command.h"
 
 namespace {
 

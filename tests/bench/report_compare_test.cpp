@@ -1,7 +1,7 @@
 // The comparison `make bench` prints against the previous latest.json, and the folding of
 // repeated runs into medians: built from small hand-written runs whose every change is
 // known, so a wrong sign, a wrong direction or a mishandled missing figure fails here.
-#include "report_compare.h"
+#include "bench/report_compare.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The simgpu execution-log arithmetic behind the share, utilisation and switch figures.
-#include "scenarios.h"
-#include "simlog.h"
+#include "bench/scenarios.h"
+#include "bench/simlog.h"
 
 #include <gtest/gtest.h>
 
@@ -73,8 +73,8 @@ TEST(Shares, WithoutALogTheTenantsKernelSecondsCount) {
 }  // namespace
 }  // namespace quanta::bench
 
-#include "tracer.h"
-#include "uprobe_trace.h"
+#include "bench/tracer.h"
+#include "bench/uprobe_trace.h"
 
 namespace quanta::bench {
 namespace {

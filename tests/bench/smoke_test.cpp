@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "run_command.h"
+#include "tests/bench/run_command.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Percentiles, ratios and the target verdicts quanta-bench prints.
-#include "scenarios.h"
-#include "stats.h"
+#include "bench/scenarios.h"
+#include "bench/stats.h"
 
 #include <gtest/gtest.h>
 

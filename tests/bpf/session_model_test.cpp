@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "perfetto.h"
-#include "pod_names.h"
-#include "session_report.h"
-#include "svg_timeline.h"
-#include "switch_model.h"
+#include "bpf/perfetto.h"
+#include "bpf/pod_names.h"
+#include "bpf/session_report.h"
+#include "bpf/svg_timeline.h"
+#include "bpf/switch_model.h"
 
 namespace quanta::bpf {
 namespace {

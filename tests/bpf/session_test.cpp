@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "containers.h"
+#include "tests/e2e/containers.h"
 
 int main(int argc, char** argv) {
   using namespace quanta::e2e;

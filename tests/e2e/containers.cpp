@@ -1,5 +1,5 @@
 // The e2e harness: installation, image, bundles with CDI edits applied, runtimes.
-#include "containers.h"
+#include "tests/e2e/containers.h"
 
 #include "hooks/spec_io.h"
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::e2e {
 

@@ -32,7 +32,7 @@
 #include <sstream>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -5,8 +5,8 @@
 #include <map>
 #include <string>
 
-#include "fuzz_checks.h"
 #include "hooks/annotations.h"
+#include "tests/fuzz/fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quanta::hooks;

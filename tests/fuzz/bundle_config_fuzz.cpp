@@ -7,12 +7,12 @@
 #include <string_view>
 
 #include "common/cgroup.h"
-#include "fuzz_checks.h"
 #include "hooks/annotations.h"
 #include "hooks/bundle.h"
 #include "hooks/cgroup.h"
 #include "hooks/devices.h"
 #include "hooks/pod_identity.h"
+#include "tests/fuzz/fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quanta::hooks;

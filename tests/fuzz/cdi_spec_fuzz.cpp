@@ -4,9 +4,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "fuzz_checks.h"
 #include "hooks/cdi_spec.h"
 #include "hooks/spec_io.h"
+#include "tests/fuzz/fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quanta::hooks;

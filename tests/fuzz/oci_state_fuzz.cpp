@@ -3,9 +3,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "fuzz_checks.h"
 #include "hooks/json_fields.h"
 #include "hooks/oci_state.h"
+#include "tests/fuzz/fuzz_checks.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace quanta::hooks;

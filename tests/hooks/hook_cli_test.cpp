@@ -17,7 +17,7 @@
 #include <regex>
 #include <sstream>
 
-#include "test_files.h"
+#include "tests/hooks/test_files.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;

@@ -25,8 +25,8 @@
 #include "hooks/error.h"
 #include "hooks/layout.h"
 #include "hooks/stages.h"
+#include "tests/hooks/test_files.h"
 #include "tests/support/temp_dir.h"
-#include "test_files.h"
 
 namespace quanta::hooks {
 namespace {

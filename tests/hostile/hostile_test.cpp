@@ -10,7 +10,7 @@
 #include <atomic>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 #include "tests/simgpu/shared_state.h"
 
 namespace quanta::integration {

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -1,6 +1,6 @@
 // FakeArbiter: one thread, poll over the listening socket and its connections, answering
 // Hello and Attach from its script; the heartbeat is refreshed every poll round.
-#include "fake_arbiter.h"
+#include "tests/integration/fake_arbiter.h"
 
 #include <gtest/gtest.h>
 #include <poll.h>

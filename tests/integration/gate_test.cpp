@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <thread>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -1,6 +1,6 @@
 // The integration harness: processes, a private arbiter per test, and the independent
 // readers (simgpu execution log, /dev/shm regions) the tests judge by.
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -20,7 +20,7 @@
 #include <set>
 #include <sstream>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <fstream>
 
-#include "fake_arbiter.h"
-#include "harness.h"
+#include "tests/integration/fake_arbiter.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

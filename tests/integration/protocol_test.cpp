@@ -13,7 +13,7 @@
 
 #include "common/version.h"
 #include "common/wire.h"
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "common/version.h"
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -16,7 +16,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "fake_ledger.h"
+#include "tests/shim/fake_ledger.h"
 
 static int probe_failures = 0;
 

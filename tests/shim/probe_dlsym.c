@@ -1,7 +1,7 @@
 /* dlsym through the shim: honours the handle (a hit in libcuda or NVML becomes the
  * wrapper of exactly that name; anything else is glibc's answer), keeps RTLD_NEXT
  * relative to the real caller, reports misses through dlerror, and never recurses. */
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 int shim_probe_value(void);
 void* shim_probe_next_after_b(void);

@@ -11,7 +11,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 #define MiB (1024ull * 1024ull)
 

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 #define MAX_BASELINE 256
 

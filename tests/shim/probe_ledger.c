@@ -18,7 +18,7 @@
 #include <pthread.h>
 
 #include "../../common/nvml_api.h"
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 #define MiB (1024ull * 1024ull)
 

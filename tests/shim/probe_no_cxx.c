@@ -2,7 +2,7 @@
  * toolkit's stub libcuda, which depends on nothing): the shim itself needs only libc. */
 #include <cuda.h>
 
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 static int mapped(const char* needle) {
   FILE* maps = fopen("/proc/self/maps", "r");

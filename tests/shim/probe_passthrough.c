@@ -6,7 +6,7 @@
 #include <cuda.h>
 
 #include "../../common/nvml_api.h"
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 #define MiB (1024ull * 1024ull)
 

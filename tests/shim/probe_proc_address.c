@@ -5,7 +5,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 struct expectation {
   const char* symbol;

@@ -9,7 +9,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 #define MiB (1024ull * 1024ull)
 #define RACERS 8

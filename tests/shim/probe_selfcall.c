@@ -1,7 +1,7 @@
 /* The driver's own dlsym lookups (made from inside libcuda) are never redirected to the
  * shim's wrappers, so a driver that dispatches through dlsym cannot recurse; the
  * program's lookups still get the wrappers. Runs on selfcall_driver.c as libcuda.so.1. */
-#include "probe.h"
+#include "tests/shim/probe.h"
 
 typedef int (*GetProcAddressFn)(const char*, void**, int, unsigned long long, int*);
 

@@ -1,6 +1,6 @@
 // Driver entry points for contexts: primary contexts, created contexts (every cuCtxCreate
 // version), the per-thread context stack and whole-context synchronisation.
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

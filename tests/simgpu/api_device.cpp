@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

@@ -1,6 +1,6 @@
 // cuGetErrorName and cuGetErrorString for every CUresult of cuda.h. The table is
 // generated from the header's enum (names are exact; descriptions are short forms).
-#include "cuda_api.h"
+#include "tests/simgpu/cuda_api.h"
 
 namespace {
 

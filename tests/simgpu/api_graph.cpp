@@ -4,8 +4,8 @@
 #include <memory>
 #include <vector>
 
-#include "launch.h"
-#include "runtime.h"
+#include "tests/simgpu/launch.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

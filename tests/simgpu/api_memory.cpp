@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

@@ -3,8 +3,8 @@
 // (`quanta_spin*` kernels take it from their first parameter, others last 5 us).
 #include <cstring>
 
-#include "launch.h"
-#include "runtime.h"
+#include "tests/simgpu/launch.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

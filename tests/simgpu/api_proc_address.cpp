@@ -1,7 +1,7 @@
 // cuGetProcAddress and cuGetProcAddress_v2: the entry points cudart and frameworks use to
 // find every other driver function by name, CUDA version and default-stream flavour.
-#include "cuda_api.h"
-#include "proc_address.h"
+#include "tests/simgpu/cuda_api.h"
+#include "tests/simgpu/proc_address.h"
 
 using namespace quanta::simgpu;
 

@@ -2,7 +2,7 @@
 // (_ptsz) twins. Events are zero-length points in their context's work stream.
 #include <thread>
 
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 using namespace quanta::simgpu;
 

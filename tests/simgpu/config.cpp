@@ -1,6 +1,6 @@
 // Parsing of the SIMGPU_* environment into a Config. Every rejection names the variable,
 // the value and what is allowed, because a silently defaulted fake GPU makes tests lie.
-#include "config.h"
+#include "tests/simgpu/config.h"
 
 #include <strings.h>
 #include <unistd.h>

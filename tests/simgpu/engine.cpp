@@ -1,7 +1,7 @@
 // The lazily computed device timeline. Every call takes the device lock, reads the clock
 // and first advances the timeline to that instant, so a submission always lands at the
 // device's present and every past decision was made with what was known at that time.
-#include "engine.h"
+#include "tests/simgpu/engine.h"
 
 #include <fcntl.h>
 #include <sys/prctl.h>

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "shared_state.h"
+#include "tests/simgpu/shared_state.h"
 
 namespace quanta::simgpu {
 

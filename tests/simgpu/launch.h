@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 namespace quanta::simgpu {
 

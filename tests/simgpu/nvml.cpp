@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "../../common/nvml_api.h"
-#include "config.h"
-#include "engine.h"
-#include "shared_state.h"
+#include "tests/simgpu/config.h"
+#include "tests/simgpu/engine.h"
+#include "tests/simgpu/shared_state.h"
 
 struct nvmlDevice_st {
   unsigned index;

@@ -1,13 +1,13 @@
 // cuGetProcAddress's table, built from proc_table.def. This file does not include
 // cuda.h: every exported symbol is declared here only to take its address, so the
 // pointer handed out is the very address of that variant's export.
-#include "proc_address.h"
+#include "tests/simgpu/proc_address.h"
 
 #include <cstring>
 
 #define SIMGPU_PROC(name, version, symbol, kind) void symbol();
 extern "C" {
-#include "proc_table.def"
+#include "tests/simgpu/proc_table.def"
 }
 #undef SIMGPU_PROC
 
@@ -26,7 +26,7 @@ struct ProcEntry {
 
 #define SIMGPU_PROC(name, version, symbol, kind) {#name, version, &symbol, #symbol, kind},
 constexpr ProcEntry kProcTable[] = {
-#include "proc_table.def"
+#include "tests/simgpu/proc_table.def"
 };
 #undef SIMGPU_PROC
 

@@ -1,7 +1,7 @@
 // Process-local driver state and the helpers every API file shares: initialisation from
 // the environment, handle registries, context creation, stream resolution, work
 // submission and the allocation table.
-#include "runtime.h"
+#include "tests/simgpu/runtime.h"
 
 #include <pthread.h>
 #include <sys/mman.h>

@@ -11,10 +11,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "config.h"
-#include "cuda_api.h"
-#include "engine.h"
-#include "shared_state.h"
+#include "tests/simgpu/config.h"
+#include "tests/simgpu/cuda_api.h"
+#include "tests/simgpu/engine.h"
+#include "tests/simgpu/shared_state.h"
 
 namespace quanta::simgpu {
 

@@ -1,7 +1,7 @@
 // Creation, attachment and recovery of the shared device model. Creation and attachment
 // are serialised with flock on the segment (released by the kernel if a process dies);
 // device state is guarded by robust process-shared mutexes.
-#include "shared_state.h"
+#include "tests/simgpu/shared_state.h"
 
 #include <fcntl.h>
 #include <signal.h>

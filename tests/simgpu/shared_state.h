@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "config.h"
+#include "tests/simgpu/config.h"
 
 namespace quanta::simgpu {
 

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <map>
 
-#include "gpu.h"
-#include "modes.h"
+#include "tests/tenant/gpu.h"
+#include "tests/tenant/modes.h"
 
 namespace quanta::tenant {
 namespace {

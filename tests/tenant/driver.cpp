@@ -1,7 +1,7 @@
 // Fills the tenant's driver table by each lookup path. The direct path takes the
 // addresses of the linked symbols (weak, so a driver lacking one family still runs the
 // others); dlsym and cuGetProcAddress resolve at run time like cudart does.
-#include "driver.h"
+#include "tests/tenant/driver.h"
 
 #include <dlfcn.h>
 

@@ -1,5 +1,5 @@
 // Device, context, stream and spin-kernel setup shared by every workload mode.
-#include "gpu.h"
+#include "tests/tenant/gpu.h"
 
 namespace quanta::tenant {
 

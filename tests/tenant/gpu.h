@@ -10,8 +10,8 @@
 #include <string>
 #include <utility>
 
-#include "driver.h"
-#include "options.h"
+#include "tests/tenant/driver.h"
+#include "tests/tenant/options.h"
 
 namespace quanta::tenant {
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 
 #include "common/nvml_api.h"
-#include "gpu.h"
-#include "modes.h"
+#include "tests/tenant/gpu.h"
+#include "tests/tenant/modes.h"
 
 namespace quanta::tenant {
 namespace {

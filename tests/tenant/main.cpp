@@ -9,10 +9,10 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "driver.h"
-#include "gpu.h"
-#include "modes.h"
-#include "options.h"
+#include "tests/tenant/driver.h"
+#include "tests/tenant/gpu.h"
+#include "tests/tenant/modes.h"
+#include "tests/tenant/options.h"
 
 namespace {
 

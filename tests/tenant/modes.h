@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "driver.h"
-#include "options.h"
+#include "tests/tenant/driver.h"
+#include "tests/tenant/options.h"
 
 namespace quanta::tenant {
 

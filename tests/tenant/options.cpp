@@ -1,6 +1,6 @@
 // Parses quanta-tenant's command line with CLI11 and turns every rejection into one line
 // that names the option, the value given and what is allowed.
-#include "options.h"
+#include "tests/tenant/options.h"
 
 #include <CLI/CLI.hpp>
 #include <array>

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "driver.h"
+#include "tests/tenant/driver.h"
 
 namespace quanta::tenant {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "gpu.h"
-#include "modes.h"
+#include "tests/tenant/gpu.h"
+#include "tests/tenant/modes.h"
 
 namespace quanta::tenant {
 namespace {

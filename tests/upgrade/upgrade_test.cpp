@@ -15,7 +15,7 @@
 #include <iostream>
 #include <sstream>
 
-#include "harness.h"
+#include "tests/integration/harness.h"
 
 namespace quanta::integration {
 namespace {

@@ -13,10 +13,10 @@
 #include <sstream>
 
 #include "../../../common/nvml_api.h"
-#include "child_process.h"
-#include "config.h"
-#include "shared_state.h"
-#include "spin.h"
+#include "tests/simgpu/config.h"
+#include "tests/simgpu/shared_state.h"
+#include "tests/simgpu/tests/child_process.h"
+#include "tests/simgpu/tests/spin.h"
 
 using namespace quanta::simgpu::test;
 

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <map>
 
-#include "child_process.h"
-#include "config.h"
-#include "spin.h"
+#include "tests/simgpu/config.h"
+#include "tests/simgpu/tests/child_process.h"
+#include "tests/simgpu/tests/spin.h"
 
 using namespace quanta::simgpu;
 using namespace quanta::simgpu::test;
@@ -217,7 +217,7 @@ TEST(SimgpuProcAddress, EveryTableEntryIsTheExportItNames) {
 #define SIMGPU_PROC(name, version, symbol, kind) \
   {#name, version, #symbol, std::string(#kind) == "PER_THREAD"},
   const Row rows[] = {
-#include "proc_table.def"
+#include "tests/simgpu/proc_table.def"
   };
 #undef SIMGPU_PROC
   ASSERT_GT(std::size(rows), 600u);
