@@ -215,8 +215,45 @@ void Arbiter::record_node() {
   pods_.save_state();
 }
 
+namespace {
+
+// A previous arbiter's regions that the state file recorded and a tenant still maps: the
+// one reopened through that tenant's mappings, or nullptr. Anything else is never looked at.
+FoundRegion* recorded_region(RecoveryScan& scan, uint64_t inode, const std::string& name) {
+  auto it = inode == 0 ? scan.regions.end() : scan.regions.find(inode);
+  if (it == scan.regions.end() || it->second.name != name || !it->second.fd) return nullptr;
+  return &it->second;
+}
+
+}  // namespace
+
+// Restart recovery, in order: find what the recorded tenants map, read the previous control
+// regions, make this generation's GPUs, re-adopt pods and their live processes, carry their
+// slots and grants over (layout 3, then the previous release's layout 2), then watch them.
 void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus) {
   const uint64_t now = monotonic_ns();
+  RecoveryScan scan = scan_recorded_tenants(saved);
+  PreviousControls previous = read_previous_controls(saved, gpus, scan);
+  make_gpus(gpus, now);
+  const Readoption readopted = readopt_pods(saved, scan);
+  if (previous.key_kept) carry_slots(previous.layout3, now);
+  carry_layout2_slots(previous.layout2, now);
+  for (auto& [pid, proc] : processes_) watch_process(proc);
+  std::vector<uint32_t> unused;
+  for (const auto& [index, pod] : pods_.pods()) {
+    if (pod.processes() == 0) unused.push_back(index);
+  }
+  for (uint32_t index : unused) pods_.release_if_unused(index);
+  record_node();
+  if (readopted.processes != 0 || readopted.reclaimed != 0 || !saved.pods.empty()) {
+    spdlog::info(
+        "re-adopted {} live process(es) in {} pod region(s) through their mappings; "
+        "reclaimed the memory of {} that exited meanwhile",
+        readopted.processes, pods_.pods().size(), readopted.reclaimed);
+  }
+}
+
+RecoveryScan Arbiter::scan_recorded_tenants(const SavedState& saved) const {
   std::vector<pid_t> pids;
   for (const auto& [index, pod] : saved.pods)
     pids.insert(pids.end(), pod.pids.begin(), pod.pids.end());
@@ -233,23 +270,22 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     spdlog::debug("recovery: pid {} maps {} (inode {}){}", f.pid, hosted::printable(f.name), inode,
                   f.fd ? "" : ", which could not be reopened");
   }
-  auto found = [&](uint64_t inode, const std::string& name) -> FoundRegion* {
-    auto it = inode == 0 ? scan.regions.end() : scan.regions.find(inode);
-    if (it == scan.regions.end() || it->second.name != name || !it->second.fd) return nullptr;
-    return &it->second;
-  };
+  return scan;
+}
 
-  // The previous generation's control regions, read-only, to carry slots and grants over;
-  // their owner words were made with the key the state file kept.
-  const bool key_kept = parse_slot_key(saved.slot_key, &slot_key_);
-  if (!key_kept) slot_key_ = new_slot_key();
+// The previous generation's control regions, read-only, to carry slots and grants over;
+// their owner words were made with the key the state file kept. Sets this generation.
+Arbiter::PreviousControls Arbiter::read_previous_controls(const SavedState& saved,
+                                                          const std::vector<GpuInfo>& gpus,
+                                                          RecoveryScan& scan) {
+  PreviousControls previous;
+  previous.key_kept = parse_slot_key(saved.slot_key, &slot_key_);
+  if (!previous.key_kept) slot_key_ = new_slot_key();
   generation_ = saved.generation;
-  std::map<uint32_t, ControlSnapshot> old_controls;   // layout 3, by GPU index
-  std::map<uint32_t, ControlSnapshot> old_controls2;  // layout 2 (the previous release's pods)
   for (const auto& [index, g] : saved.gpus) {
     if (index >= gpus.size() || g.uuid != gpus[index].uuid) continue;
     for (uint64_t inode : g.inodes) {
-      FoundRegion* f = found(inode, control_region_name(config_.scope, index));
+      FoundRegion* f = recorded_region(scan, inode, control_region_name(config_.scope, index));
       if (f == nullptr) continue;
       std::string why;
       ControlSnapshot snap(f->fd, &why);
@@ -261,12 +297,16 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
         continue;
       }
       generation_ = std::max(generation_, snap.get()->header.arbiter_generation.load());
-      auto& into = snap.layout() == common::layout2::kVersion ? old_controls2 : old_controls;
+      auto& into = snap.layout() == common::layout2::kVersion ? previous.layout2 : previous.layout3;
       into[index] = std::move(snap);
     }
   }
   ++generation_;
+  return previous;
+}
 
+// This generation's GPUs, each with a fresh control region; drained GPUs stay drained.
+void Arbiter::make_gpus(const std::vector<GpuInfo>& gpus, uint64_t now) {
   const std::set<std::string> drained = load_drained(config_);
   for (uint32_t i = 0; i < gpus.size(); ++i) {
     auto gpu = std::make_unique<Gpu>();
@@ -290,12 +330,14 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     gpus_.push_back(std::move(gpu));
   }
 
-  // Pod regions: only those the state file recorded, found with the recorded inode, name
-  // and tag. Anything else a tenant maps is not ours and is never looked at.
-  size_t adopted = 0;
-  size_t reclaimed = 0;
+}
+
+// Pod regions: only those the state file recorded, found with the recorded inode, name
+// and tag. Anything else a tenant maps is not ours and is never looked at.
+Arbiter::Readoption Arbiter::readopt_pods(const SavedState& saved, RecoveryScan& scan) {
+  Readoption counts;
   for (const auto& [index, saved_pod] : saved.pods) {
-    FoundRegion* f = found(saved_pod.inode, pod_region_name(config_.scope, index));
+    FoundRegion* f = recorded_region(scan, saved_pod.inode, pod_region_name(config_.scope, index));
     if (f == nullptr) continue;  // every process of it exited: the region is gone
     Pod* pod = nullptr;
     try {
@@ -328,7 +370,7 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
                        hosted::printable(pod->key), pid);
         }
         reclaim_memory(*pod, pi);
-        ++reclaimed;
+        ++counts.reclaimed;
         continue;
       }
       Process& proc = processes_[pid];
@@ -345,15 +387,18 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
       if (!pod->registered && pod->claimed_from.empty()) pod->claimed_from = proc.cgroup;
       pod->entries.set(pi);
       pod->pids.insert(pid);
-      ++adopted;
+      ++counts.processes;
     }
   }
 
-  // Slots and grants, from the previous control regions, for the processes re-adopted: a
-  // process's slot is the one whose owner word is its own (slot_owner.h), so no tenant can
-  // choose which slot, or whose grant, it inherits.
+  return counts;
+}
+
+// Slots and grants, from the previous control regions, for the processes re-adopted: a
+// process's slot is the one whose owner word is its own (slot_owner.h), so no tenant can
+// choose which slot, or whose grant, it inherits.
+void Arbiter::carry_slots(std::map<uint32_t, ControlSnapshot>& old_controls, uint64_t now) {
   for (auto& [index, snap] : old_controls) {
-    if (!key_kept) break;
     Gpu& gpu = *gpus_[index];
     const common::ControlRegion& old = *snap.get();
     common::ControlRegion& region = *gpu.region.get();
@@ -375,8 +420,12 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     auto holder = gpu.sched->holder();
     region.header.holder.store(holder ? *holder : common::kNoSlot);
   }
-  // Layout-2 slots (pods of the previous release), from its control regions: there each slot
-  // names its process, as that release's arbiter found them.
+}
+
+// Layout-2 slots (pods of the previous release), from its control regions: there each slot
+// names its process, as that release's arbiter found them.
+void Arbiter::carry_layout2_slots(std::map<uint32_t, ControlSnapshot>& old_controls2,
+                                  uint64_t now) {
   for (auto& [index, snap] : old_controls2) {
     Gpu& gpu = *gpus_[index];
     const common::layout2::ControlRegion& old = *snap.get2();
@@ -404,19 +453,6 @@ void Arbiter::recover(const SavedState& saved, const std::vector<GpuInfo>& gpus)
     }
     auto holder = gpu.sched->holder();
     gpu.each_header([&](common::ControlHeader& h) { h.holder.store(holder ? *holder : common::kNoSlot); });
-  }
-  for (auto& [pid, proc] : processes_) watch_process(proc);
-  std::vector<uint32_t> unused;
-  for (const auto& [index, pod] : pods_.pods()) {
-    if (pod.processes() == 0) unused.push_back(index);
-  }
-  for (uint32_t index : unused) pods_.release_if_unused(index);
-  record_node();
-  if (adopted != 0 || reclaimed != 0 || !saved.pods.empty()) {
-    spdlog::info(
-        "re-adopted {} live process(es) in {} pod region(s) through their mappings; "
-        "reclaimed the memory of {} that exited meanwhile",
-        adopted, pods_.pods().size(), reclaimed);
   }
 }
 

@@ -29,6 +29,7 @@
 #include "arbiter/log_limit.h"
 #include "arbiter/nvml_sampler.h"
 #include "arbiter/pod_registry.h"
+#include "arbiter/region_recovery.h"
 #include "arbiter/regions.h"
 #include "arbiter/scheduler.h"
 #include "arbiter/slot_owner.h"
@@ -165,8 +166,24 @@ class Arbiter final : public TenantApi, public AdminApi {
   uint64_t generation() const { return generation_; }
 
  private:
-  // arbiter.cpp: start-up and restart recovery
+  // arbiter.cpp: start-up and restart recovery, and its steps
   void recover(const SavedState& saved, const std::vector<GpuInfo>& gpus);
+  struct PreviousControls {
+    bool key_kept = false;  // the state file's slot key: owner words can be matched
+    std::map<uint32_t, ControlSnapshot> layout3;  // by GPU index
+    std::map<uint32_t, ControlSnapshot> layout2;  // the previous release's pods
+  };
+  struct Readoption {
+    size_t processes = 0;  // live processes re-adopted into their pods
+    size_t reclaimed = 0;  // entries of processes gone meanwhile, their memory reclaimed
+  };
+  RecoveryScan scan_recorded_tenants(const SavedState& saved) const;
+  PreviousControls read_previous_controls(const SavedState& saved,
+                                          const std::vector<GpuInfo>& gpus, RecoveryScan& scan);
+  void make_gpus(const std::vector<GpuInfo>& gpus, uint64_t now);
+  Readoption readopt_pods(const SavedState& saved, RecoveryScan& scan);
+  void carry_slots(std::map<uint32_t, ControlSnapshot>& old_controls, uint64_t now);
+  void carry_layout2_slots(std::map<uint32_t, ControlSnapshot>& old_controls2, uint64_t now);
   void record_node();
   // arbiter.cpp: the loop's work
   void heartbeat();

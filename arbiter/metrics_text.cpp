@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "hosted/names.h"
 
@@ -111,6 +112,235 @@ std::string probe_labels(const config::FitProbe& probe) {
 // The tenant states quanta_pod_tenants counts, in TenantState order.
 constexpr const char* kTenantStates[] = {"idle", "waiting", "holding", "revoking", "passed-over"};
 
+
+// --- the catalogue: one row per metric family, in the order they are rendered ----------
+// A row is the family's name, type and help, and what writes its series for one GPU, pod,
+// process or the node. docs/metrics.md describes the same families (Docs tests hold it).
+
+std::string ratio(double v) { return number(std::clamp(v, 0.0, 1.0)); }
+
+struct GpuFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  // Writes the GPU's series; `labels` are the GPU's own.
+  void (*emit)(Exposition& x, const char* name, const std::string& labels, const GpuFigures& g,
+               const NodeFigures& f);
+};
+
+// A family with one value per GPU.
+#define QUANTA_GPU_VALUE(expr)                                                         \
+  [](Exposition& x, const char* name, const std::string& labels, const GpuFigures& g, \
+     const NodeFigures&) { x.sample(name, labels, expr); }
+
+const GpuFamily kGpuFamilies[] = {
+    {"quanta_gpu_info", "gauge", "1 per managed GPU or MIG instance; carries Hostname",
+     [](Exposition& x, const char* name, const std::string& labels, const GpuFigures&,
+        const NodeFigures& f) { x.sample(name, join({labels, label("Hostname", f.hostname)}), "1"); }},
+    {"quanta_gpu_busy_ratio", "gauge",
+     "Fraction of the stats window the GPU ran managed tenants' work",
+     QUANTA_GPU_VALUE(ratio(g.busy_ratio))},
+    {"quanta_gpu_held_ratio", "gauge",
+     "Fraction of the stats window some tenant held the grant (busy or not)",
+     QUANTA_GPU_VALUE(ratio(g.held_ratio))},
+    {"quanta_gpu_utilization_source_info", "gauge",
+     "1; source says where per-pod utilisation comes from: driver (NVML per process) or "
+     "holds (the hold timeline)",
+     [](Exposition& x, const char* name, const std::string& labels, const GpuFigures& g,
+        const NodeFigures&) {
+       x.sample(name, join({labels, label("source", g.utilization_source)}), "1");
+     }},
+    {"quanta_gpu_switches_total", "counter",
+     "Grants that moved the GPU from one tenant to another", QUANTA_GPU_VALUE(count(g.switches))},
+    {"quanta_gpu_handoff_seconds", "histogram",
+     "From the arbiter seeing one tenant's release to its grant to the next waiting tenant",
+     [](Exposition& x, const char* name, const std::string& labels, const GpuFigures& g,
+        const NodeFigures&) { x.histogram(name, labels, g.handoff); }},
+    {"quanta_gpu_waiting_tenants", "gauge", "Tenants that want the GPU and do not hold it",
+     QUANTA_GPU_VALUE(count(g.waiting))},
+    {"quanta_gpu_memory_total_bytes", "gauge", "Device memory of the GPU or MIG instance",
+     QUANTA_GPU_VALUE(count(g.capacity.memory_total))},
+    {"quanta_gpu_memory_used_bytes", "gauge", "Sum of the pods' ledgers on this GPU",
+     QUANTA_GPU_VALUE(count(g.memory_used))},
+    {"quanta_gpu_memory_caps_bytes", "gauge",
+     "Sum of the memory caps of the pods attached to this GPU",
+     QUANTA_GPU_VALUE(count(g.capacity.memory_caps))},
+    {"quanta_gpu_memory_unpromised_bytes", "gauge",
+     "Memory not promised: total minus caps, uncapped pods' use and unmanaged processes' use",
+     QUANTA_GPU_VALUE(count(g.capacity.memory_unpromised))},
+    {"quanta_gpu_min_share_promised_ratio", "gauge",
+     "Sum of the guaranteed minimum shares promised to pods that may use this GPU",
+     QUANTA_GPU_VALUE(ratio(g.capacity.promised_min_share))},
+    {"quanta_gpu_new_pod_share_ratio", "gauge",
+     "Share of GPU time a new weight-1 batch pod would receive now",
+     QUANTA_GPU_VALUE(ratio(g.capacity.new_pod_share))},
+    {"quanta_gpu_pods_fit", "gauge",
+     "Pods of the probe size (share, memory) that still fit on this GPU",
+     [](Exposition& x, const char* name, const std::string& labels, const GpuFigures& g,
+        const NodeFigures& f) {
+       for (size_t k = 0; k < f.probes.size() && k < g.capacity.fits.size(); ++k)
+         x.sample(name, join({labels, probe_labels(f.probes[k])}), count(g.capacity.fits[k]));
+     }},
+    {"quanta_gpu_draining", "gauge", "1 while quantactl drain holds new grants back",
+     QUANTA_GPU_VALUE(count(g.draining ? 1 : 0))},
+    {"quanta_gpu_unmanaged_processes", "gauge",
+     "Processes NVML lists on the GPU that Quanta does not manage",
+     QUANTA_GPU_VALUE(count(g.unmanaged_processes))},
+};
+#undef QUANTA_GPU_VALUE
+
+struct PodFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  // Writes a live pod's series on one GPU; `labels` are the GPU's and the pod's.
+  void (*emit)(Exposition& x, const char* name, const std::string& labels, const PodFigures& p);
+};
+
+// A family with one value per pod and GPU.
+#define QUANTA_POD_VALUE(expr) \
+  [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) { \
+    x.sample(name, labels, expr);                                                       \
+  }
+
+const PodFamily kPodFamilies[] = {
+    {"quanta_pod_info", "gauge", "1 per pod on a GPU; carries priority",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       x.sample(name, join({labels, label("priority", common::priority_name(p.policy.priority))}),
+                "1");
+     }},
+    {"quanta_pod_weight", "gauge", "The pod's weight", QUANTA_POD_VALUE(count(p.policy.weight))},
+    {"quanta_pod_min_share_ratio", "gauge", "Guaranteed minimum share (0 = none)",
+     QUANTA_POD_VALUE(ratio(p.min_share))},
+    {"quanta_pod_max_share_ratio", "gauge", "Share ceiling (1 = none)",
+     QUANTA_POD_VALUE(ratio(p.policy.max_share_ppm / static_cast<double>(common::kShareScale)))},
+    {"quanta_pod_target_share_ratio", "gauge",
+     "Share the policy gives it among the tenants active now", QUANTA_POD_VALUE(ratio(p.target_share))},
+    {"quanta_pod_achieved_share_ratio", "gauge", "Share of GPU time it held over the stats window",
+     QUANTA_POD_VALUE(ratio(p.achieved_share))},
+    {"quanta_pod_utilization_ratio", "gauge",
+     "Fraction of the stats window the GPU was busy with this pod's work",
+     QUANTA_POD_VALUE(ratio(p.utilization))},
+    {"quanta_pod_gpu_seconds_total", "counter",
+     "GPU time granted to it (grant to release, overrun included)",
+     QUANTA_POD_VALUE(seconds(p.totals.held_ns))},
+    {"quanta_pod_busy_seconds_total", "counter",
+     "Device time its work ran, as the driver reports it per process (see "
+     "quanta_gpu_utilization_source_info)",
+     QUANTA_POD_VALUE(seconds(p.totals.busy_ns))},
+    {"quanta_pod_time_seconds_total", "counter",
+     "Its time on the GPU by state: running, waiting, draining, idle",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       for (size_t k = 0; k < kPhaseCount; ++k) {
+         x.sample(name, join({labels, label("state", phase_name(static_cast<Phase>(k)))}),
+                  seconds(p.totals.phase_ns[k]));
+       }
+     }},
+    {"quanta_pod_waited_behind_seconds_total", "counter",
+     "Time it waited while holder_namespace/holder_pod held the GPU (holder_pod=\"(none)\": "
+     "nobody held it)",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       for (const auto& [holder, ns] : p.waited_behind) {
+         std::pair<std::string, std::string> h{"", "(none)"};
+         if (!holder.empty()) h = split_pod_key(holder);
+         x.sample(name,
+                  join({labels, label("holder_namespace", h.first), label("holder_pod", h.second)}),
+                  seconds(ns));
+       }
+     }},
+    {"quanta_pod_wait_seconds", "histogram", "From wanting the GPU to its grant",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       x.histogram(name, labels, p.wait);
+     }},
+    {"quanta_pod_wait_budget_seconds", "gauge",
+     "The longest wait its priority class is promised on this GPU now (none for best-effort)",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       if (p.wait_budget_s) x.sample(name, labels, number(*p.wait_budget_s));
+     }},
+    {"quanta_pod_drain_seconds", "histogram",
+     "From a revoke, or the end of a quantum its holder ends itself, to its release",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       x.histogram(name, labels, p.drain);
+     }},
+    {"quanta_pod_grants_total", "counter", "Quanta granted", QUANTA_POD_VALUE(count(p.totals.grants))},
+    {"quanta_pod_revoke_timeouts_total", "counter",
+     "Times it was passed over for not releasing within revoke_timeout",
+     QUANTA_POD_VALUE(count(p.totals.revoke_timeouts))},
+    {"quanta_pod_tenants", "gauge", "Its processes on this GPU by tenant state",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       for (size_t k = 0; k < p.tenants_by_state.size(); ++k) {
+         x.sample(name, join({labels, label("state", kTenantStates[k])}),
+                  count(p.tenants_by_state[k]));
+       }
+     }},
+    {"quanta_pod_memory_used_bytes", "gauge", "Its ledger: bytes its processes hold on this GPU",
+     QUANTA_POD_VALUE(count(p.memory_used))},
+    {"quanta_pod_memory_limit_bytes", "gauge", "Its memory cap on this GPU (absent: none)",
+     [](Exposition& x, const char* name, const std::string& labels, const PodFigures& p) {
+       if (p.policy.memory_limit != 0) x.sample(name, labels, count(p.policy.memory_limit));
+     }},
+    {"quanta_pod_alloc_denied_total", "counter", "Allocations refused at its cap",
+     QUANTA_POD_VALUE(count(p.alloc_denied))},
+};
+#undef QUANTA_POD_VALUE
+
+struct ProcessFamily {
+  const char* name;
+  const char* help;  // every process family is a gauge of bytes
+  std::optional<uint64_t> (*value)(const ProcessFigures& p);  // nullopt: no series
+};
+
+const ProcessFamily kProcessFamilies[] = {
+    {"quanta_process_memory_used_bytes", "Bytes the process holds on the GPU (Quanta's ledger)",
+     [](const ProcessFigures& p) { return std::optional<uint64_t>(p.memory_used); }},
+    {"quanta_process_nvml_memory_used_bytes",
+     "What NVML reports the process holding on the GPU, where NVML lists it",
+     [](const ProcessFigures& p) { return p.nvml_memory; }},
+};
+
+struct NodeFamily {
+  const char* name;
+  const char* type;
+  const char* help;
+  void (*emit)(Exposition& x, const char* name, const NodeFigures& f);
+};
+
+const NodeFamily kNodeFamilies[] = {
+    {"quanta_node_pods_fit", "gauge",
+     "Pods of the probe size (share, memory) that fit on the node's GPUs together",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       for (size_t k = 0; k < f.probes.size() && k < f.node_fits.size(); ++k)
+         x.sample(name, probe_labels(f.probes[k]), count(f.node_fits[k]));
+     }},
+    {"quanta_arbiter_info", "gauge", "1; carries version and scope",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       x.sample(name, join({label("version", f.version), label("scope", f.scope)}), "1");
+     }},
+    {"quanta_arbiter_generation", "gauge", "Bumped at every arbiter start",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       x.sample(name, "", count(f.generation));
+     }},
+    {"quanta_arbiter_start_time_seconds", "gauge", "Unix time the arbiter started",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       char start[32];
+       std::snprintf(start, sizeof start, "%.3f", f.start_time_s);
+       x.sample(name, "", start);
+     }},
+    {"quanta_arbiter_admissions_refused_total", "counter",
+     "Processes refused at the tenant socket, by reason",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       // Every reason from the start (at 0), so rate() works before the first refusal.
+       for (const char* reason : kRefusalReasons) {
+         auto it = f.refusals.find(reason);
+         x.sample(name, label("reason", reason), count(it == f.refusals.end() ? 0 : it->second));
+       }
+     }},
+    {"quanta_arbiter_tenant_connections", "gauge", "Open tenant connections",
+     [](Exposition& x, const char* name, const NodeFigures& f) {
+       x.sample(name, "", count(f.tenant_connections));
+     }},
+};
+
 }  // namespace
 
 std::string escape_label_value(std::string_view value) {
@@ -142,246 +372,53 @@ std::string escape_label_value(std::string_view value) {
   return out;
 }
 
+std::vector<std::string> metric_families() {
+  std::vector<std::string> names;
+  for (const GpuFamily& m : kGpuFamilies) names.push_back(m.name);
+  for (const PodFamily& m : kPodFamilies) names.push_back(m.name);
+  for (const ProcessFamily& m : kProcessFamilies) names.push_back(m.name);
+  for (const NodeFamily& m : kNodeFamilies) names.push_back(m.name);
+  return names;
+}
+
 std::string render_prometheus(const NodeFigures& f) {
   Exposition x;
-  std::vector<std::string> gl;
-  for (const GpuFigures& g : f.gpus) gl.push_back(gpu_labels(g));
-  auto per_gpu = [&](const char* name, const char* type, const char* help, auto value) {
-    x.family(name, type, help);
-    for (size_t i = 0; i < f.gpus.size(); ++i) x.sample(name, gl[i], value(f.gpus[i]));
-  };
-  // Per pod: `emit(exposition, labels, pod)` writes that pod's series.
-  auto per_pod = [&](const char* name, const char* type, const char* help, auto emit) {
-    x.family(name, type, help);
+  std::vector<std::string> gpu_label_sets;
+  for (const GpuFigures& g : f.gpus) gpu_label_sets.push_back(gpu_labels(g));
+  for (const GpuFamily& m : kGpuFamilies) {
+    x.family(m.name, m.type, m.help);
+    for (size_t i = 0; i < f.gpus.size(); ++i) m.emit(x, m.name, gpu_label_sets[i], f.gpus[i], f);
+  }
+  for (const PodFamily& m : kPodFamilies) {
+    x.family(m.name, m.type, m.help);
     for (size_t i = 0; i < f.gpus.size(); ++i) {
       for (const PodFigures& p : f.gpus[i].pods) {
-        if (p.live) emit(pod_labels(gl[i], p), p);
+        if (p.live) m.emit(x, m.name, pod_labels(gpu_label_sets[i], p), p);
       }
     }
-  };
-  auto ratio = [](double v) { return number(std::clamp(v, 0.0, 1.0)); };
-
-  // --- per GPU ---
-  x.family("quanta_gpu_info", "gauge", "1 per managed GPU or MIG instance; carries Hostname");
-  for (size_t i = 0; i < f.gpus.size(); ++i) {
-    x.sample("quanta_gpu_info", join({gl[i], label("Hostname", f.hostname)}), "1");
   }
-  per_gpu("quanta_gpu_busy_ratio", "gauge",
-          "Fraction of the stats window the GPU ran managed tenants' work",
-          [&](const GpuFigures& g) { return ratio(g.busy_ratio); });
-  per_gpu("quanta_gpu_held_ratio", "gauge",
-          "Fraction of the stats window some tenant held the grant (busy or not)",
-          [&](const GpuFigures& g) { return ratio(g.held_ratio); });
-  x.family("quanta_gpu_utilization_source_info", "gauge",
-           "1; source says where per-pod utilisation comes from: driver (NVML per process) or "
-           "holds (the hold timeline)");
-  for (size_t i = 0; i < f.gpus.size(); ++i) {
-    x.sample("quanta_gpu_utilization_source_info",
-             join({gl[i], label("source", f.gpus[i].utilization_source)}), "1");
-  }
-  per_gpu("quanta_gpu_switches_total", "counter",
-          "Grants that moved the GPU from one tenant to another",
-          [&](const GpuFigures& g) { return count(g.switches); });
-  x.family("quanta_gpu_handoff_seconds", "histogram",
-           "From the arbiter seeing one tenant's release to its grant to the next waiting tenant");
-  for (size_t i = 0; i < f.gpus.size(); ++i) {
-    x.histogram("quanta_gpu_handoff_seconds", gl[i], f.gpus[i].handoff);
-  }
-  per_gpu("quanta_gpu_waiting_tenants", "gauge", "Tenants that want the GPU and do not hold it",
-          [&](const GpuFigures& g) { return count(g.waiting); });
-  per_gpu("quanta_gpu_memory_total_bytes", "gauge", "Device memory of the GPU or MIG instance",
-          [&](const GpuFigures& g) { return count(g.capacity.memory_total); });
-  per_gpu("quanta_gpu_memory_used_bytes", "gauge", "Sum of the pods' ledgers on this GPU",
-          [&](const GpuFigures& g) { return count(g.memory_used); });
-  per_gpu("quanta_gpu_memory_caps_bytes", "gauge",
-          "Sum of the memory caps of the pods attached to this GPU",
-          [&](const GpuFigures& g) { return count(g.capacity.memory_caps); });
-  per_gpu("quanta_gpu_memory_unpromised_bytes", "gauge",
-          "Memory not promised: total minus caps, uncapped pods' use and unmanaged processes' use",
-          [&](const GpuFigures& g) { return count(g.capacity.memory_unpromised); });
-  per_gpu("quanta_gpu_min_share_promised_ratio", "gauge",
-          "Sum of the guaranteed minimum shares promised to pods that may use this GPU",
-          [&](const GpuFigures& g) { return ratio(g.capacity.promised_min_share); });
-  per_gpu("quanta_gpu_new_pod_share_ratio", "gauge",
-          "Share of GPU time a new weight-1 batch pod would receive now",
-          [&](const GpuFigures& g) { return ratio(g.capacity.new_pod_share); });
-  x.family("quanta_gpu_pods_fit", "gauge",
-           "Pods of the probe size (share, memory) that still fit on this GPU");
-  for (size_t i = 0; i < f.gpus.size(); ++i) {
-    for (size_t k = 0; k < f.probes.size() && k < f.gpus[i].capacity.fits.size(); ++k) {
-      x.sample("quanta_gpu_pods_fit", join({gl[i], probe_labels(f.probes[k])}),
-               count(f.gpus[i].capacity.fits[k]));
-    }
-  }
-  per_gpu("quanta_gpu_draining", "gauge", "1 while quantactl drain holds new grants back",
-          [&](const GpuFigures& g) { return count(g.draining ? 1 : 0); });
-  per_gpu("quanta_gpu_unmanaged_processes", "gauge",
-          "Processes NVML lists on the GPU that Quanta does not manage",
-          [&](const GpuFigures& g) { return count(g.unmanaged_processes); });
-
-  // --- per pod ---
-  per_pod("quanta_pod_info", "gauge", "1 per pod on a GPU; carries priority",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_info",
-                     join({l, label("priority", common::priority_name(p.policy.priority))}), "1");
-          });
-  per_pod("quanta_pod_weight", "gauge", "The pod's weight",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_weight", l, count(p.policy.weight));
-          });
-  per_pod("quanta_pod_min_share_ratio", "gauge", "Guaranteed minimum share (0 = none)",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_min_share_ratio", l, ratio(p.min_share));
-          });
-  per_pod("quanta_pod_max_share_ratio", "gauge", "Share ceiling (1 = none)",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_max_share_ratio", l,
-                     ratio(p.policy.max_share_ppm / static_cast<double>(common::kShareScale)));
-          });
-  per_pod("quanta_pod_target_share_ratio", "gauge",
-          "Share the policy gives it among the tenants active now",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_target_share_ratio", l, ratio(p.target_share));
-          });
-  per_pod("quanta_pod_achieved_share_ratio", "gauge",
-          "Share of GPU time it held over the stats window",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_achieved_share_ratio", l, ratio(p.achieved_share));
-          });
-  per_pod("quanta_pod_utilization_ratio", "gauge",
-          "Fraction of the stats window the GPU was busy with this pod's work",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_utilization_ratio", l, ratio(p.utilization));
-          });
-  per_pod("quanta_pod_gpu_seconds_total", "counter",
-          "GPU time granted to it (grant to release, overrun included)",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_gpu_seconds_total", l, seconds(p.totals.held_ns));
-          });
-  per_pod("quanta_pod_busy_seconds_total", "counter",
-          "Device time its work ran, as the driver reports it per process (see "
-          "quanta_gpu_utilization_source_info)",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_busy_seconds_total", l, seconds(p.totals.busy_ns));
-          });
-  per_pod("quanta_pod_time_seconds_total", "counter",
-          "Its time on the GPU by state: running, waiting, draining, idle",
-          [&](const std::string& l, const PodFigures& p) {
-            for (size_t k = 0; k < kPhaseCount; ++k) {
-              x.sample("quanta_pod_time_seconds_total",
-                       join({l, label("state", phase_name(static_cast<Phase>(k)))}),
-                       seconds(p.totals.phase_ns[k]));
-            }
-          });
-  per_pod("quanta_pod_waited_behind_seconds_total", "counter",
-          "Time it waited while holder_namespace/holder_pod held the GPU (holder_pod=\"(none)\": "
-          "nobody held it)",
-          [&](const std::string& l, const PodFigures& p) {
-            for (const auto& [holder, ns] : p.waited_behind) {
-              std::pair<std::string, std::string> h{"", "(none)"};
-              if (!holder.empty()) h = split_pod_key(holder);
-              x.sample("quanta_pod_waited_behind_seconds_total",
-                       join({l, label("holder_namespace", h.first), label("holder_pod", h.second)}),
-                       seconds(ns));
-            }
-          });
-  per_pod("quanta_pod_wait_seconds", "histogram", "From wanting the GPU to its grant",
-          [&](const std::string& l, const PodFigures& p) {
-            x.histogram("quanta_pod_wait_seconds", l, p.wait);
-          });
-  per_pod("quanta_pod_wait_budget_seconds", "gauge",
-          "The longest wait its priority class is promised on this GPU now (none for best-effort)",
-          [&](const std::string& l, const PodFigures& p) {
-            if (p.wait_budget_s)
-              x.sample("quanta_pod_wait_budget_seconds", l, number(*p.wait_budget_s));
-          });
-  per_pod("quanta_pod_drain_seconds", "histogram",
-          "From a revoke, or the end of a quantum its holder ends itself, to its release",
-          [&](const std::string& l, const PodFigures& p) {
-            x.histogram("quanta_pod_drain_seconds", l, p.drain);
-          });
-  per_pod("quanta_pod_grants_total", "counter", "Quanta granted",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_grants_total", l, count(p.totals.grants));
-          });
-  per_pod("quanta_pod_revoke_timeouts_total", "counter",
-          "Times it was passed over for not releasing within revoke_timeout",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_revoke_timeouts_total", l, count(p.totals.revoke_timeouts));
-          });
-  per_pod("quanta_pod_tenants", "gauge", "Its processes on this GPU by tenant state",
-          [&](const std::string& l, const PodFigures& p) {
-            for (size_t k = 0; k < p.tenants_by_state.size(); ++k) {
-              x.sample("quanta_pod_tenants", join({l, label("state", kTenantStates[k])}),
-                       count(p.tenants_by_state[k]));
-            }
-          });
-  per_pod("quanta_pod_memory_used_bytes", "gauge",
-          "Its ledger: bytes its processes hold on this GPU",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_memory_used_bytes", l, count(p.memory_used));
-          });
-  per_pod("quanta_pod_memory_limit_bytes", "gauge", "Its memory cap on this GPU (absent: none)",
-          [&](const std::string& l, const PodFigures& p) {
-            if (p.policy.memory_limit != 0)
-              x.sample("quanta_pod_memory_limit_bytes", l, count(p.policy.memory_limit));
-          });
-  per_pod("quanta_pod_alloc_denied_total", "counter", "Allocations refused at its cap",
-          [&](const std::string& l, const PodFigures& p) {
-            x.sample("quanta_pod_alloc_denied_total", l, count(p.alloc_denied));
-          });
-
-  // --- per process ---
-  auto per_process = [&](const char* name, const char* help, auto value) {
-    x.family(name, "gauge", help);
+  for (const ProcessFamily& m : kProcessFamilies) {
+    x.family(m.name, "gauge", m.help);
     for (size_t i = 0; i < f.gpus.size(); ++i) {
       for (const PodFigures& p : f.gpus[i].pods) {
         auto procs = f.gpus[i].processes.find(p.key);
         if (!p.live || procs == f.gpus[i].processes.end()) continue;
-        const std::string pl = pod_labels(gl[i], p);
+        const std::string pod = pod_labels(gpu_label_sets[i], p);
         for (const ProcessFigures& proc : procs->second) {
-          const auto v = value(proc);
+          const std::optional<uint64_t> v = m.value(proc);
           if (!v) continue;
-          x.sample(name,
-                   join({pl, label("container", proc.container),
+          x.sample(m.name,
+                   join({pod, label("container", proc.container),
                          label("pid", std::to_string(proc.pid))}),
                    count(*v));
         }
       }
     }
-  };
-  per_process("quanta_process_memory_used_bytes",
-              "Bytes the process holds on the GPU (Quanta's ledger)",
-              [](const ProcessFigures& p) { return std::optional<uint64_t>(p.memory_used); });
-  per_process("quanta_process_nvml_memory_used_bytes",
-              "What NVML reports the process holding on the GPU, where NVML lists it",
-              [](const ProcessFigures& p) { return p.nvml_memory; });
-
-  // --- per node ---
-  x.family("quanta_node_pods_fit", "gauge",
-           "Pods of the probe size (share, memory) that fit on the node's GPUs together");
-  for (size_t k = 0; k < f.probes.size() && k < f.node_fits.size(); ++k) {
-    x.sample("quanta_node_pods_fit", probe_labels(f.probes[k]), count(f.node_fits[k]));
   }
-  x.family("quanta_arbiter_info", "gauge", "1; carries version and scope");
-  x.sample("quanta_arbiter_info", join({label("version", f.version), label("scope", f.scope)}),
-           "1");
-  x.family("quanta_arbiter_generation", "gauge", "Bumped at every arbiter start");
-  x.sample("quanta_arbiter_generation", "", count(f.generation));
-  x.family("quanta_arbiter_start_time_seconds", "gauge", "Unix time the arbiter started");
-  char start[32];
-  std::snprintf(start, sizeof start, "%.3f", f.start_time_s);
-  x.sample("quanta_arbiter_start_time_seconds", "", start);
-  x.family("quanta_arbiter_admissions_refused_total", "counter",
-           "Processes refused at the tenant socket, by reason");
-  // Every reason from the start (at 0), so rate() works before the first refusal.
-  for (const char* reason : kRefusalReasons) {
-    auto it = f.refusals.find(reason);
-    x.sample("quanta_arbiter_admissions_refused_total", label("reason", reason),
-             count(it == f.refusals.end() ? 0 : it->second));
+  for (const NodeFamily& m : kNodeFamilies) {
+    x.family(m.name, m.type, m.help);
+    m.emit(x, m.name, f);
   }
-  x.family("quanta_arbiter_tenant_connections", "gauge", "Open tenant connections");
-  x.sample("quanta_arbiter_tenant_connections", "", count(f.tenant_connections));
   return x.take();
 }
 

@@ -4,13 +4,18 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "arbiter/figures.h"
 
 namespace quanta::arbiter {
 
-// Text format 0.0.4 (`Content-Type: text/plain; version=0.0.4`).
+// Text format 0.0.4 (`Content-Type: text/plain; version=0.0.4`), every family of the
+// catalogue in its order, a family's series together.
 std::string render_prometheus(const NodeFigures& figures);
+
+// The catalogue's family names, in the order render_prometheus writes them.
+std::vector<std::string> metric_families();
 
 // A label value as the text format wants it: backslash, double quote and newline escaped;
 // bytes that are not valid UTF-8, and other control characters, become U+FFFD.

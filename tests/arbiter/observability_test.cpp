@@ -598,6 +598,19 @@ TEST(MetricsText, RendersEveryFamilyOnceWithExactSecondsAndHostileNamesEscaped) 
   EXPECT_EQ(types, 1u);
 }
 
+// The catalogue is one table: every family it lists is rendered, once, in its order, and
+// nothing is rendered that it does not list.
+TEST(MetricsText, EveryFamilyOfTheCatalogueIsRenderedOnceInTheCataloguesOrder) {
+  const std::string text = render_prometheus(sample_figures());
+  std::vector<std::string> rendered;
+  for (size_t at = text.find("# TYPE "); at != std::string::npos; at = text.find("# TYPE ", at + 1)) {
+    const size_t name = at + 7;
+    rendered.push_back(text.substr(name, text.find(' ', name) - name));
+  }
+  EXPECT_EQ(rendered, metric_families());
+  EXPECT_GE(rendered.size(), 40u);
+}
+
 TEST(MetricsText, PromtoolFindsNothingToLint) {
   if (std::system("command -v promtool >/dev/null 2>&1") != 0) {
     if (std::getenv("QUANTA_REQUIRE_BPF") != nullptr)
