@@ -522,6 +522,273 @@ std::string refused_before_parsing(std::string_view text) {
 
 }  // namespace
 
+namespace {
+
+// [node]: where the sockets, regions and state live, which GPUs, how often NVML is read.
+void read_node(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& node = r.table_value(n, "node");
+  r.check_keys(node, "[node]",
+               {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered", "gpus",
+                "nvml_interval", "nice"});
+  for (auto&& [k, v] : node) {
+    std::string key = "node." + std::string(k.str());
+    if (k == "scope") {
+      cfg->scope = r.string_value(v, key);
+      if (!valid_scope(cfg->scope)) r.fail(v, key, "use 1 to 32 letters, digits, '-' or '_'");
+    } else if (k == "tenant_socket") {
+      cfg->tenant_socket = r.string_value(v, key);
+    } else if (k == "admin_socket") {
+      cfg->admin_socket = r.string_value(v, key);
+    } else if (k == "state_dir") {
+      cfg->state_dir = r.string_value(v, key);
+    } else if (k == "allow_unregistered") {
+      cfg->allow_unregistered = r.bool_value(v, key);
+    } else if (k == "nvml_interval") {
+      std::string text;
+      if (value_text(v, &text) && text == "0") {
+        cfg->nvml_interval_ns = 0;
+      } else {
+        cfg->nvml_interval_ns = r.duration_value(v, key);
+        if (cfg->nvml_interval_ns < 100'000'000 || cfg->nvml_interval_ns > 60'000'000'000)
+          r.fail(v, key,
+                 "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
+      }
+    } else if (k == "nice") {
+      auto i = v.as_integer();
+      if (i == nullptr || i->get() < -20 || i->get() > 19)
+        r.fail(v, key, "use a whole number from -20 (first to run) to 19 (last), as nice(1) takes");
+      cfg->nice = static_cast<int>(i->get());
+    } else if (k == "gpus") {
+      auto arr = v.as_array();
+      if (arr == nullptr) r.fail(v, key, "use a list of GPU or MIG UUIDs ([\"GPU-…\"])");
+      for (auto&& e : *arr) {
+        auto s = e.as_string();
+        if (s == nullptr || s->get().empty() || s->get().size() >= common::kUuidLen) {
+          r.fail(e, key, "use UUID strings as NVML reports them (\"GPU-…\" or \"MIG-…\")");
+        }
+        cfg->gpus.push_back(s->get());
+      }
+    }
+  }
+}
+
+// [scheduler]: the quantum and its bounds, revoke timeout, lease, idle release, slack.
+void read_scheduler(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& sched = r.table_value(n, "scheduler");
+  r.check_keys(sched, "[scheduler]",
+               {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease", "idle_release",
+                "drain_overlap", "quantum_slack"});
+  SchedulerConfig& s = cfg->scheduler;
+  for (auto&& [k, v] : sched) {
+    std::string key = "scheduler." + std::string(k.str());
+    if (k == "drain_overlap") {
+      s.drain_overlap = r.bool_value(v, key);
+      continue;
+    }
+    if (k == "quantum_slack") {
+      s.quantum_slack_ppm = r.slack_value(v, key);
+      continue;
+    }
+    uint64_t ns = r.duration_value(v, key);
+    if (k == "quantum") s.quantum_ns = ns;
+    if (k == "quantum_min") s.quantum_min_ns = ns;
+    if (k == "quantum_max") s.quantum_max_ns = ns;
+    if (k == "revoke_timeout") s.revoke_timeout_ns = ns;
+    if (k == "lease") s.lease_ns = ns;
+    if (k == "idle_release") s.idle_release_ns = ns;
+  }
+  if (s.quantum_min_ns > s.quantum_max_ns || s.quantum_ns < s.quantum_min_ns ||
+      s.quantum_ns > s.quantum_max_ns) {
+    const toml::node* q = sched.get("quantum");
+    r.fail(q != nullptr ? *q : n, "scheduler.quantum",
+           "quantum_min <= quantum <= quantum_max is required (now " +
+               std::to_string(s.quantum_min_ns) + "ns, " + std::to_string(s.quantum_ns) + "ns, " +
+               std::to_string(s.quantum_max_ns) + "ns)");
+  }
+  if (s.lease_ns < 4'000'000) {
+    r.fail(*sched.get("lease"), "scheduler.lease",
+           "use at least 4ms (the heartbeat runs every lease/4)");
+  }
+}
+
+// [enforce]: whether the arbiter's limits bind, what an unplaced process gets, and what
+// NVML showing a pod above its cap does.
+void read_enforce(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& t = r.table_value(n, "enforce");
+  r.check_keys(t, "[enforce]", {"enforce", "unplaced", "over_cap"});
+  for (auto&& [k, v] : t) {
+    std::string key = "enforce." + std::string(k.str());
+    if (k == "enforce") {
+      cfg->enforce.enforce = r.bool_value(v, key);
+    } else if (k == "unplaced") {
+      std::string text = r.string_value(v, key);
+      if (text == "open") {
+        cfg->enforce.unplaced = UnplacedAction::kOpen;
+      } else if (text == "closed") {
+        cfg->enforce.unplaced = UnplacedAction::kClosed;
+      } else if (text == "closed-if-capped") {
+        cfg->enforce.unplaced = UnplacedAction::kClosedIfCapped;
+      } else {
+        r.fail(v, key, "use \"open\", \"closed\" or \"closed-if-capped\"");
+      }
+    } else if (k == "over_cap") {
+      std::string text = r.string_value(v, key);
+      if (text == "report") {
+        cfg->enforce.over_cap = OverCapAction::kReport;
+      } else if (text == "deny") {
+        cfg->enforce.over_cap = OverCapAction::kDeny;
+      } else if (text == "kill") {
+        cfg->enforce.over_cap = OverCapAction::kKill;
+      } else {
+        r.fail(v, key, "use \"report\", \"deny\" or \"kill\"");
+      }
+    }
+  }
+}
+
+// [shim]: what every shim charges per context, and whether managed memory counts.
+void read_shim(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& t = r.table_value(n, "shim");
+  r.check_keys(t, "[shim]", {"context_overhead", "count_managed"});
+  for (auto&& [k, v] : t) {
+    std::string key = "shim." + std::string(k.str());
+    if (k == "count_managed") {
+      cfg->shim.count_managed = r.bool_value(v, key);
+    } else if (k == "context_overhead") {
+      std::string text;
+      common::ParseError err;
+      if (!value_text(v, &text)) r.fail(v, key, "use \"measure\", a size (\"544Mi\") or 0");
+      cfg->shim.measure_context_overhead = text == "measure";
+      if (text == "measure") {
+        cfg->shim.context_overhead = 0;
+      } else if (!common::parse_bytes_or_zero(text, &cfg->shim.context_overhead, &err)) {
+        r.fail(v, key, std::string(err.text) + ", or \"measure\"");
+      }
+    }
+  }
+}
+
+// [hook]: how long quanta-hook waits for the arbiter.
+void read_hook(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& t = r.table_value(n, "hook");
+  r.check_keys(t, "[hook]", {"timeout"});
+  if (auto v = t.get("timeout")) {
+    cfg->hook.timeout_ns = r.duration_value(*v, "hook.timeout");
+    if (cfg->hook.timeout_ns < 10'000'000 || cfg->hook.timeout_ns > 60'000'000'000ull)
+      r.fail(*v, "hook.timeout", "use 10ms to 60s");
+  }
+}
+
+// [metrics]: the Prometheus endpoint and the pod sizes its capacity metrics count.
+void read_metrics(Reader& r, const toml::node& n, NodeConfig* cfg) {
+  const toml::table& t = r.table_value(n, "metrics");
+  r.check_keys(t, "[metrics]", {"listen", "fit_probes"});
+  if (auto v = t.get("fit_probes")) {
+    const char* usage = "use a list of {share = \"25%\", memory = \"10Gi\" or \"40%\"} tables";
+    auto arr = v->as_array();
+    if (arr == nullptr) r.fail(*v, "metrics.fit_probes", usage);
+    cfg->metrics.fit_probes.clear();
+    for (auto&& e : *arr) {
+      auto probe = e.as_table();
+      if (probe == nullptr) r.fail(e, "metrics.fit_probes", usage);
+      r.check_keys(*probe, "a metrics.fit_probes entry", {"share", "memory"});
+      const toml::node* share = probe->get("share");
+      const toml::node* memory = probe->get("memory");
+      std::string share_text, memory_text;
+      if (share == nullptr || memory == nullptr || !value_text(*share, &share_text) ||
+          !value_text(*memory, &memory_text)) {
+        r.fail(e, "metrics.fit_probes", std::string("each entry needs share and memory: ") + usage);
+      }
+      FitProbe p;
+      std::string err = parse_fit_probe(share_text, memory_text, &p);
+      if (!err.empty()) r.fail(e, "metrics.fit_probes", err);
+      for (const FitProbe& other : cfg->metrics.fit_probes) {
+        if (other.share_label == p.share_label && other.memory_label == p.memory_label)
+          r.fail(e, "metrics.fit_probes", "this probe is listed twice");
+      }
+      cfg->metrics.fit_probes.push_back(p);
+    }
+  }
+  if (auto l = t.get("listen")) {
+    cfg->metrics.listen = r.string_value(*l, "metrics.listen");
+    const size_t colon = cfg->metrics.listen.rfind(':');
+    const std::string port =
+        colon == std::string::npos ? "" : cfg->metrics.listen.substr(colon + 1);
+    bool digits = !port.empty() && port.size() <= 5 &&
+                  port.find_first_not_of("0123456789") == std::string::npos;
+    if (colon == 0 || !digits || std::stoul(port) > 65535)
+      r.fail(*l, "metrics.listen", "use HOST:PORT (\"0.0.0.0:9400\", \"127.0.0.1:0\")");
+  }
+}
+
+// [bounds] and [namespace."NAME"]: how far pods' annotations may go, node-wide and per
+// namespace (a namespace's table starts from [bounds]).
+void read_bounds(Reader& r, const toml::table& root, NodeConfig* cfg) {
+  if (auto n = root.get("bounds"))
+    r.bounds_table(r.table_value(*n, "bounds"), "bounds", &cfg->bounds);
+  if (auto n = root.get("namespace")) {
+    const toml::table& spaces = r.table_value(*n, "namespace");
+    for (auto&& [k, v] : spaces) {
+      const std::string name(k.str());
+      const std::string section = "namespace.\"" + hosted::printable(name) + "\"";
+      bool ok = !name.empty() && name.size() <= 63;
+      for (unsigned char c : name)
+        ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
+      if (!ok) r.fail(v, section, "a namespace name is 1 to 63 lowercase letters, digits or '-'");
+      PolicyBounds b = cfg->bounds;
+      r.bounds_table(r.table_value(v, section), section, &b);
+      cfg->namespace_bounds[name] = b;
+    }
+  }
+}
+
+// Every pod that asks for nothing gets [defaults]: each bounds table must allow them.
+void check_defaults_within_bounds(const NodeConfig& cfg, const std::string& source_name) {
+  auto check = [&](const PolicyBounds& b, const std::string& section) {
+    std::string err;
+    if (cfg.defaults.weight > b.max_weight)
+      err = "weight " + std::to_string(cfg.defaults.weight);
+    else if (!b.allows(cfg.defaults.priority))
+      err = std::string("priority ") + common::priority_name(cfg.defaults.priority);
+    else if (cfg.defaults.min_share_ppm > std::min(b.max_min_share_ppm, b.namespace_min_share_ppm))
+      err = "min_share " + share_text(cfg.defaults.min_share_ppm);
+    else if (b.max_memory_limit != 0 && cfg.defaults.memory_limit > b.max_memory_limit)
+      err = "memory_limit above the ceiling";
+    if (!err.empty())
+      throw ConfigError(source_name + ": [defaults] " + err + " is beyond [" + section +
+                        "]: every pod without that annotation would be refused; lower the default "
+                        "or widen the bounds");
+  };
+  check(cfg.bounds, "bounds");
+  for (const auto& [name, b] : cfg.namespace_bounds) check(b, "namespace.\"" + name + "\"");
+}
+
+// [pod."NAME"]: policies of pods named in the config, [defaults] applied first; their
+// minimum shares must fit in one GPU together.
+void read_pods(Reader& r, const toml::node& n, const std::string& source_name, NodeConfig* cfg) {
+  const toml::table& pods = r.table_value(n, "pod");
+  for (auto&& [k, v] : pods) {
+    std::string name(k.str());
+    std::string section = "pod.\"" + hosted::printable(name) + "\"";
+    if (std::string err = hosted::check_pod_key(name, "the pod name"); !err.empty())
+      r.fail(v, section, err);
+    common::Policy p = cfg->defaults;
+    r.policy_table(r.table_value(v, section), section, &p);
+    cfg->pods[name] = p;
+  }
+  // The [pod] tables' processes may all use one GPU: their minimums must fit in it.
+  uint64_t promised = 0;
+  for (const auto& [name, p] : cfg->pods) promised += p.min_share_ppm;
+  if (promised > common::kShareScale) {
+    throw ConfigError(source_name + ": the [pod] tables promise min_share " +
+                      share_text(static_cast<uint32_t>(std::min<uint64_t>(promised, UINT32_MAX))) +
+                      " of a GPU in all: the minimums of pods that can share a GPU must add up "
+                      "to at most 1");
+  }
+}
+
+}  // namespace
+
 NodeConfig parse_config(const std::string& text, const std::string& source_name) {
   if (const std::string refusal = refused_before_parsing(text); !refusal.empty()) {
     throw ConfigError(source_name + ":" + refusal);
@@ -540,260 +807,19 @@ NodeConfig parse_config(const std::string& text, const std::string& source_name)
                {"node", "scheduler", "enforce", "shim", "hook", "metrics", "defaults", "pod",
                 "bounds", "namespace"});
 
-  if (auto n = root.get("node")) {
-    const toml::table& node = r.table_value(*n, "node");
-    r.check_keys(node, "[node]",
-                 {"scope", "tenant_socket", "admin_socket", "state_dir", "allow_unregistered",
-                  "gpus", "nvml_interval", "nice"});
-    for (auto&& [k, v] : node) {
-      std::string key = "node." + std::string(k.str());
-      if (k == "scope") {
-        cfg.scope = r.string_value(v, key);
-        if (!valid_scope(cfg.scope)) r.fail(v, key, "use 1 to 32 letters, digits, '-' or '_'");
-      } else if (k == "tenant_socket") {
-        cfg.tenant_socket = r.string_value(v, key);
-      } else if (k == "admin_socket") {
-        cfg.admin_socket = r.string_value(v, key);
-      } else if (k == "state_dir") {
-        cfg.state_dir = r.string_value(v, key);
-      } else if (k == "allow_unregistered") {
-        cfg.allow_unregistered = r.bool_value(v, key);
-      } else if (k == "nvml_interval") {
-        std::string text;
-        if (value_text(v, &text) && text == "0") {
-          cfg.nvml_interval_ns = 0;
-        } else {
-          cfg.nvml_interval_ns = r.duration_value(v, key);
-          if (cfg.nvml_interval_ns < 100'000'000 || cfg.nvml_interval_ns > 60'000'000'000)
-            r.fail(v, key,
-                   "use a duration from 100ms to 60s, or 0 to never read NVML's process list");
-        }
-      } else if (k == "nice") {
-        auto i = v.as_integer();
-        if (i == nullptr || i->get() < -20 || i->get() > 19)
-          r.fail(v, key,
-                 "use a whole number from -20 (first to run) to 19 (last), as nice(1) takes");
-        cfg.nice = static_cast<int>(i->get());
-      } else if (k == "gpus") {
-        auto arr = v.as_array();
-        if (arr == nullptr) r.fail(v, key, "use a list of GPU or MIG UUIDs ([\"GPU-…\"])");
-        for (auto&& e : *arr) {
-          auto s = e.as_string();
-          if (s == nullptr || s->get().empty() || s->get().size() >= common::kUuidLen) {
-            r.fail(e, key, "use UUID strings as NVML reports them (\"GPU-…\" or \"MIG-…\")");
-          }
-          cfg.gpus.push_back(s->get());
-        }
-      }
-    }
-  }
-
-  if (auto n = root.get("scheduler")) {
-    const toml::table& sched = r.table_value(*n, "scheduler");
-    r.check_keys(sched, "[scheduler]",
-                 {"quantum", "quantum_min", "quantum_max", "revoke_timeout", "lease",
-                  "idle_release", "drain_overlap", "quantum_slack"});
-    SchedulerConfig& s = cfg.scheduler;
-    for (auto&& [k, v] : sched) {
-      std::string key = "scheduler." + std::string(k.str());
-      if (k == "drain_overlap") {
-        s.drain_overlap = r.bool_value(v, key);
-        continue;
-      }
-      if (k == "quantum_slack") {
-        s.quantum_slack_ppm = r.slack_value(v, key);
-        continue;
-      }
-      uint64_t ns = r.duration_value(v, key);
-      if (k == "quantum") s.quantum_ns = ns;
-      if (k == "quantum_min") s.quantum_min_ns = ns;
-      if (k == "quantum_max") s.quantum_max_ns = ns;
-      if (k == "revoke_timeout") s.revoke_timeout_ns = ns;
-      if (k == "lease") s.lease_ns = ns;
-      if (k == "idle_release") s.idle_release_ns = ns;
-    }
-    if (s.quantum_min_ns > s.quantum_max_ns || s.quantum_ns < s.quantum_min_ns ||
-        s.quantum_ns > s.quantum_max_ns) {
-      const toml::node* q = sched.get("quantum");
-      r.fail(q != nullptr ? *q : *n, "scheduler.quantum",
-             "quantum_min <= quantum <= quantum_max is required (now " +
-                 std::to_string(s.quantum_min_ns) + "ns, " + std::to_string(s.quantum_ns) + "ns, " +
-                 std::to_string(s.quantum_max_ns) + "ns)");
-    }
-    if (s.lease_ns < 4'000'000) {
-      r.fail(*sched.get("lease"), "scheduler.lease",
-             "use at least 4ms (the heartbeat runs every lease/4)");
-    }
-  }
-
-  if (auto n = root.get("enforce")) {
-    const toml::table& t = r.table_value(*n, "enforce");
-    r.check_keys(t, "[enforce]", {"enforce", "unplaced", "over_cap"});
-    for (auto&& [k, v] : t) {
-      std::string key = "enforce." + std::string(k.str());
-      if (k == "enforce") {
-        cfg.enforce.enforce = r.bool_value(v, key);
-      } else if (k == "unplaced") {
-        std::string text = r.string_value(v, key);
-        if (text == "open") {
-          cfg.enforce.unplaced = UnplacedAction::kOpen;
-        } else if (text == "closed") {
-          cfg.enforce.unplaced = UnplacedAction::kClosed;
-        } else if (text == "closed-if-capped") {
-          cfg.enforce.unplaced = UnplacedAction::kClosedIfCapped;
-        } else {
-          r.fail(v, key, "use \"open\", \"closed\" or \"closed-if-capped\"");
-        }
-      } else if (k == "over_cap") {
-        std::string text = r.string_value(v, key);
-        if (text == "report") {
-          cfg.enforce.over_cap = OverCapAction::kReport;
-        } else if (text == "deny") {
-          cfg.enforce.over_cap = OverCapAction::kDeny;
-        } else if (text == "kill") {
-          cfg.enforce.over_cap = OverCapAction::kKill;
-        } else {
-          r.fail(v, key, "use \"report\", \"deny\" or \"kill\"");
-        }
-      }
-    }
-  }
-
-  if (auto n = root.get("shim")) {
-    const toml::table& t = r.table_value(*n, "shim");
-    r.check_keys(t, "[shim]", {"context_overhead", "count_managed"});
-    for (auto&& [k, v] : t) {
-      std::string key = "shim." + std::string(k.str());
-      if (k == "count_managed") {
-        cfg.shim.count_managed = r.bool_value(v, key);
-      } else if (k == "context_overhead") {
-        std::string text;
-        common::ParseError err;
-        if (!value_text(v, &text)) r.fail(v, key, "use \"measure\", a size (\"544Mi\") or 0");
-        cfg.shim.measure_context_overhead = text == "measure";
-        if (text == "measure") {
-          cfg.shim.context_overhead = 0;
-        } else if (!common::parse_bytes_or_zero(text, &cfg.shim.context_overhead, &err)) {
-          r.fail(v, key, std::string(err.text) + ", or \"measure\"");
-        }
-      }
-    }
-  }
-
-  if (auto n = root.get("hook")) {
-    const toml::table& t = r.table_value(*n, "hook");
-    r.check_keys(t, "[hook]", {"timeout"});
-    if (auto v = t.get("timeout")) {
-      cfg.hook.timeout_ns = r.duration_value(*v, "hook.timeout");
-      if (cfg.hook.timeout_ns < 10'000'000 || cfg.hook.timeout_ns > 60'000'000'000ull)
-        r.fail(*v, "hook.timeout", "use 10ms to 60s");
-    }
-  }
-
-  if (auto n = root.get("metrics")) {
-    const toml::table& t = r.table_value(*n, "metrics");
-    r.check_keys(t, "[metrics]", {"listen", "fit_probes"});
-    if (auto v = t.get("fit_probes")) {
-      const char* usage = "use a list of {share = \"25%\", memory = \"10Gi\" or \"40%\"} tables";
-      auto arr = v->as_array();
-      if (arr == nullptr) r.fail(*v, "metrics.fit_probes", usage);
-      cfg.metrics.fit_probes.clear();
-      for (auto&& e : *arr) {
-        auto probe = e.as_table();
-        if (probe == nullptr) r.fail(e, "metrics.fit_probes", usage);
-        r.check_keys(*probe, "a metrics.fit_probes entry", {"share", "memory"});
-        const toml::node* share = probe->get("share");
-        const toml::node* memory = probe->get("memory");
-        std::string share_text, memory_text;
-        if (share == nullptr || memory == nullptr || !value_text(*share, &share_text) ||
-            !value_text(*memory, &memory_text)) {
-          r.fail(e, "metrics.fit_probes",
-                 std::string("each entry needs share and memory: ") + usage);
-        }
-        FitProbe p;
-        std::string err = parse_fit_probe(share_text, memory_text, &p);
-        if (!err.empty()) r.fail(e, "metrics.fit_probes", err);
-        for (const FitProbe& other : cfg.metrics.fit_probes) {
-          if (other.share_label == p.share_label && other.memory_label == p.memory_label)
-            r.fail(e, "metrics.fit_probes", "this probe is listed twice");
-        }
-        cfg.metrics.fit_probes.push_back(p);
-      }
-    }
-    if (auto l = t.get("listen")) {
-      cfg.metrics.listen = r.string_value(*l, "metrics.listen");
-      const size_t colon = cfg.metrics.listen.rfind(':');
-      const std::string port =
-          colon == std::string::npos ? "" : cfg.metrics.listen.substr(colon + 1);
-      bool digits = !port.empty() && port.size() <= 5 &&
-                    port.find_first_not_of("0123456789") == std::string::npos;
-      if (colon == 0 || !digits || std::stoul(port) > 65535)
-        r.fail(*l, "metrics.listen", "use HOST:PORT (\"0.0.0.0:9400\", \"127.0.0.1:0\")");
-    }
-  }
-
+  if (auto n = root.get("node")) read_node(r, *n, &cfg);
+  if (auto n = root.get("scheduler")) read_scheduler(r, *n, &cfg);
+  if (auto n = root.get("enforce")) read_enforce(r, *n, &cfg);
+  if (auto n = root.get("shim")) read_shim(r, *n, &cfg);
+  if (auto n = root.get("hook")) read_hook(r, *n, &cfg);
+  if (auto n = root.get("metrics")) read_metrics(r, *n, &cfg);
   if (auto n = root.get("defaults")) {
     r.policy_table(r.table_value(*n, "defaults"), "defaults", &cfg.defaults);
   }
 
-  if (auto n = root.get("bounds"))
-    r.bounds_table(r.table_value(*n, "bounds"), "bounds", &cfg.bounds);
-  if (auto n = root.get("namespace")) {
-    const toml::table& spaces = r.table_value(*n, "namespace");
-    for (auto&& [k, v] : spaces) {
-      const std::string name(k.str());
-      const std::string section = "namespace.\"" + hosted::printable(name) + "\"";
-      bool ok = !name.empty() && name.size() <= 63;
-      for (unsigned char c : name)
-        ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-');
-      if (!ok) r.fail(v, section, "a namespace name is 1 to 63 lowercase letters, digits or '-'");
-      PolicyBounds b = cfg.bounds;
-      r.bounds_table(r.table_value(v, section), section, &b);
-      cfg.namespace_bounds[name] = b;
-    }
-  }
-  // Every pod that asks for nothing gets [defaults]: each bounds table must allow them.
-  auto check_defaults = [&](const PolicyBounds& b, const std::string& section) {
-    std::string err;
-    if (cfg.defaults.weight > b.max_weight)
-      err = "weight " + std::to_string(cfg.defaults.weight);
-    else if (!b.allows(cfg.defaults.priority))
-      err = std::string("priority ") + common::priority_name(cfg.defaults.priority);
-    else if (cfg.defaults.min_share_ppm > std::min(b.max_min_share_ppm, b.namespace_min_share_ppm))
-      err = "min_share " + share_text(cfg.defaults.min_share_ppm);
-    else if (b.max_memory_limit != 0 && cfg.defaults.memory_limit > b.max_memory_limit)
-      err = "memory_limit above the ceiling";
-    if (!err.empty())
-      throw ConfigError(source_name + ": [defaults] " + err + " is beyond [" + section +
-                        "]: every pod without that annotation would be refused; lower the default "
-                        "or widen the bounds");
-  };
-  check_defaults(cfg.bounds, "bounds");
-  for (const auto& [name, b] : cfg.namespace_bounds)
-    check_defaults(b, "namespace.\"" + name + "\"");
-
-  if (auto n = root.get("pod")) {
-    const toml::table& pods = r.table_value(*n, "pod");
-    for (auto&& [k, v] : pods) {
-      std::string name(k.str());
-      std::string section = "pod.\"" + hosted::printable(name) + "\"";
-      if (std::string err = hosted::check_pod_key(name, "the pod name"); !err.empty())
-        r.fail(v, section, err);
-      common::Policy p = cfg.defaults;
-      r.policy_table(r.table_value(v, section), section, &p);
-      cfg.pods[name] = p;
-    }
-    // The [pod] tables' processes may all use one GPU: their minimums must fit in it.
-    uint64_t promised = 0;
-    for (const auto& [name, p] : cfg.pods) promised += p.min_share_ppm;
-    if (promised > common::kShareScale) {
-      throw ConfigError(
-          source_name + ": the [pod] tables promise min_share " +
-          share_text(static_cast<uint32_t>(std::min<uint64_t>(promised, UINT32_MAX))) +
-          " of a GPU in all: the minimums of pods that can share a GPU must add up "
-          "to at most 1");
-    }
-  }
+  read_bounds(r, root, &cfg);
+  check_defaults_within_bounds(cfg, source_name);
+  if (auto n = root.get("pod")) read_pods(r, *n, source_name, &cfg);
   return cfg;
 }
 
