@@ -215,8 +215,11 @@ console.log([m.namespace ?? 'default', m.name, c.name, c.resources.limits['nvidi
     --annotation "io.kubernetes.cri.sandbox-name=$name" --annotation "io.kubernetes.cri.sandbox-namespace=$ns"
     --annotation "io.kubernetes.cri.sandbox-uid=00000000-0000-4000-8000-00000000000$i"
     --annotation "io.kubernetes.cri.container-name=$container")
-  local a
+  local a workload=(--kernel-ms 1)
   for a in "${fields[@]:5}"; do args+=(--annotation "$a"); done
+  # An inference pod serves requests with pauses between them: classes are strict, so a
+  # batch pod beside an interactive one that never paused would never be granted the GPU.
+  [[ " ${fields[*]:5} " == *" quanta.dev/priority=interactive "* ]] && workload+=(--think-ms 5)
   [[ -d $t/$name/rootfs ]] || "$build/bin/quanta-e2e-bundle" rootfs "$t/$name" >/dev/null
   local id=guide-$$-$name
   containers+=("$id")
@@ -224,7 +227,7 @@ console.log([m.namespace ?? 'default', m.name, c.name, c.resources.limits['nvidi
   # ones instead (containerd sets none of its own).
   "$@" "${podman_global[@]}" run -d --name "$id" --network none --log-driver none \
     --ulimit nofile=1024:1024 --ulimit nproc=4096:4096 \
-    "${args[@]}" --rootfs "$t/$name/rootfs" /bin/quanta-tenant batch --seconds 600 --kernel-ms 1 \
+    "${args[@]}" --rootfs "$t/$name/rootfs" /bin/quanta-tenant batch --seconds 600 "${workload[@]}" \
     >"$t/podman-$name.out" 2>&1 || fail "podman run of $ns/$name ($device) failed: $(cat "$t/podman-$name.out")"
   echo "started $ns/$name: --device $device ${fields[*]:5}"
   pod=$ns/$name
