@@ -80,7 +80,8 @@ nlohmann::json Admission::to_json() const {
 }
 
 nlohmann::json admin_request(const std::string& socket_path, const nlohmann::json& request) {
-  const hosted::AdminReply reply = hosted::admin_request(socket_path, request, 3'000'000'000);
+  const hosted::AdminReply reply =
+      hosted::admin_request(socket_path, request, 3'000'000'000, hosted::kStatusAnswerBytes);
   return reply.outcome == hosted::AdminOutcome::kUnreachable ? nlohmann::json(nullptr)
                                                              : reply.response;
 }

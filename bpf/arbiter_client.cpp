@@ -70,8 +70,8 @@ std::optional<nlohmann::json> query_status(pid_t pid, const std::string& socket_
   // The socket is reached through the descriptor, so a path that only resolves in the
   // arbiter's mount namespace still names the same socket.
   const std::string through_fd = "/proc/self/fd/" + std::to_string(path_fd.get());
-  const hosted::AdminReply reply =
-      hosted::admin_request(through_fd, {{"cmd", "status"}}, kStatusTimeoutNs);
+  const hosted::AdminReply reply = hosted::admin_request(
+      through_fd, {{"cmd", "status"}}, kStatusTimeoutNs, hosted::kStatusAnswerBytes);
   switch (reply.outcome) {
     case hosted::AdminOutcome::kAnswered:
       return reply.response;

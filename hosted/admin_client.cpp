@@ -11,14 +11,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
 
 #include "hosted/errno_text.h"
 #include "hosted/unique_fd.h"
 
 namespace quanta::hosted {
 namespace {
-
-constexpr size_t kMaxAnswerBytes = 1 << 20;
 
 uint64_t now_ns() {
   timespec ts{};
@@ -51,7 +50,7 @@ std::string seconds(uint64_t ns) {
 }  // namespace
 
 AdminReply admin_request(const std::string& socket_path, const nlohmann::json& request,
-                         uint64_t timeout_ns) {
+                         uint64_t timeout_ns, size_t max_answer_bytes) {
   AdminReply reply;
   const uint64_t deadline = now_ns() + timeout_ns;
   const std::string where = "the arbiter's admin socket " + socket_path;
@@ -105,26 +104,30 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
   }
 
   std::string in;
-  while (in.find('\n') == std::string::npos) {
+  size_t line_end = std::string::npos;
+  while (line_end == std::string::npos) {
     if (!wait_for(fd.get(), POLLIN, deadline)) {
       reply.reason = where + " did not answer within " + seconds(timeout_ns);
       reply.timed_out = true;
       return reply;
     }
-    char buf[8192];
+    char buf[65536];
     ssize_t n = ::read(fd.get(), buf, sizeof(buf));
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n <= 0) {
       reply.reason = where + " closed the connection without answering";
       return reply;
     }
+    const size_t searched = in.size();  // only the new bytes can hold the line's end
     in.append(buf, static_cast<size_t>(n));
-    if (in.size() > kMaxAnswerBytes) {
-      reply.reason = where + " answered with more than 1 MiB";
+    line_end = in.find('\n', searched);
+    if ((line_end == std::string::npos ? in.size() : line_end) > max_answer_bytes) {
+      reply.reason = where + " answered with more than " + std::to_string(max_answer_bytes) +
+                     " bytes, the most this caller reads";
       return reply;
     }
   }
-  reply.response = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
+  reply.response = nlohmann::json::parse(std::string_view(in).substr(0, line_end), nullptr, false);
   if (!reply.response.is_object() || !reply.response.contains("ok") ||
       !reply.response["ok"].is_boolean()) {
     reply.reason = where + " answered with something that is not an admin response";

@@ -4,6 +4,7 @@
 // (container creation, an operator's terminal, a tracing session).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -27,10 +28,17 @@ struct AdminReply {
   bool timed_out = false;
 };
 
+// How long an answer may be. Requests a hook or a bench makes are answered in a few KiB;
+// `status`, `top` and `explain` grow with the node (every tenant of every GPU), so the
+// operator's tools take up to kStatusAnswerBytes.
+constexpr size_t kSmallAnswerBytes = size_t{1} << 20;
+constexpr size_t kStatusAnswerBytes = size_t{256} << 20;
+
 // Sends `request` and waits for its answer line; never throws and never waits past
 // `timeout_ns` in total (connecting included). `socket_path` may be any path connect(2)
-// takes, /proc/self/fd/N of an O_PATH descriptor included. Answers past 1 MiB are refused.
+// takes, /proc/self/fd/N of an O_PATH descriptor included. An answer longer than
+// `max_answer_bytes` is refused (kUnreachable, naming the limit).
 AdminReply admin_request(const std::string& socket_path, const nlohmann::json& request,
-                         uint64_t timeout_ns);
+                         uint64_t timeout_ns, size_t max_answer_bytes = kSmallAnswerBytes);
 
 }  // namespace quanta::hosted

@@ -71,8 +71,8 @@ json request(const std::string& socket_path, const json& req) {
     throw std::runtime_error("--admin-socket \"" + hosted::printable(socket_path) +
                              "\": a path of 1 to " +
                              std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes");
-  hosted::AdminReply reply =
-      hosted::admin_request(socket_path, req, static_cast<uint64_t>(kAnswerSeconds) * kNs);
+  hosted::AdminReply reply = hosted::admin_request(
+      socket_path, req, static_cast<uint64_t>(kAnswerSeconds) * kNs, hosted::kStatusAnswerBytes);
   if (reply.outcome != hosted::AdminOutcome::kUnreachable) return std::move(reply.response);
   if (reply.connect_error != 0) throw std::runtime_error(unreachable(socket_path, reply.connect_error));
   if (reply.timed_out)

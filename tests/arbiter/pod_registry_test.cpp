@@ -47,12 +47,7 @@ std::string read_all(int fd) {
   return text;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using quanta::test_support::read_file;
 
 size_t open_descriptors() {
   size_t count = 0;

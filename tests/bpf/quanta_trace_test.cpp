@@ -173,12 +173,7 @@ class SleepyChild {
   pid_t pid_;
 };
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using quanta::test_support::read_file;
 
 int run_shell(const std::string& command) {
   const int status = std::system(command.c_str());

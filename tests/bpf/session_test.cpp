@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "tests/integration/harness.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -54,12 +55,7 @@ std::string missing_bpf_precondition() {
     }                                                            \
   } while (0)
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
+using quanta::test_support::read_file;
 
 json status_of(const World& world) {
   const std::string command = std::string(QUANTACTL_PATH) + " --admin-socket '" +
@@ -324,7 +320,7 @@ TEST(BpfSession, FindsAShimOnlyAnotherMountNamespaceCanSee) {
                           "--depth", "2", "--seconds", "1.5", "--warmup", "0"},
                          "bpf/outside", true);
   ASSERT_TRUE(eventually(10, [&] {
-    return read_text("/proc/" + std::to_string(inside.pid()) + "/maps").find(hidden) !=
+    return read_file("/proc/" + std::to_string(inside.pid()) + "/maps").find(hidden) !=
            std::string::npos;
   })) << inside.err();
   EXPECT_TRUE(fs::is_empty(hidden)) << "the tmpfs must be invisible here";
@@ -408,7 +404,7 @@ TEST(BpfSession, PerfettoTraceCoversEveryGrantAndTheSvgIsWellFormed) {
   ASSERT_EQ(run.rc, 0) << run.err;
   const uint64_t grants = gpu_counter(run.after, "grants") - gpu_counter(run.before, "grants");
 
-  const json trace = json::parse(read_text(perfetto), nullptr, false);
+  const json trace = json::parse(read_file(perfetto), nullptr, false);
   ASSERT_TRUE(trace.is_object() && trace.contains("traceEvents"))
       << "the Perfetto trace does not parse";
   std::map<int, std::string> tracks;  // pid -> process_name
@@ -437,7 +433,7 @@ TEST(BpfSession, PerfettoTraceCoversEveryGrantAndTheSvgIsWellFormed) {
   const std::string check =
       "python3 -c \"import sys, xml.dom.minidom as m; m.parse(sys.argv[1])\" '" + svg + "'";
   EXPECT_EQ(std::system(check.c_str()), 0) << "the SVG is not well-formed";
-  const std::string text = read_text(svg);
+  const std::string text = read_file(svg);
   EXPECT_NE(text.find("bpf/one"), std::string::npos);
   EXPECT_NE(text.find("bpf/two"), std::string::npos);
   EXPECT_NE(text.find("<rect"), std::string::npos);

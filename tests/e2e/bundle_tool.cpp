@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
       for (const std::string& e : edits) {
         const size_t eq = e.find('=');
         if (eq == std::string::npos) throw std::runtime_error("--edits " + e + " is not SPEC=DEVICES");
-        json spec = json::parse(read_text(e.substr(0, eq)));
+        json spec = json::parse(read_file(e.substr(0, eq)));
         std::vector<std::string> devices;
         std::string list = e.substr(eq + 1);
         for (size_t start = 0; start <= list.size();) {

@@ -82,7 +82,9 @@ class CdiConsumerTest : public ::testing::Test {
     return said;
   }
 
-  json captured() const { return json::parse(read_text(world_->dir().file("captured.json")), nullptr, false); }
+  json captured() const {
+    return json::parse(read_file(world_->dir().file("captured.json")), nullptr, false);
+  }
 
   // Quanta's edits in a config.json podman wrote, and the device's marker.
   void expect_quanta_edits(const json& config, const Install& install, const std::string& uuid) {

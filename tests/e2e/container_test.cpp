@@ -119,7 +119,7 @@ TEST_P(ContainerTest, AnnotatedContainerRegistersAsItsPodIsGatedAndCapped) {
 
   // What the runtime gave the process: libquanta.so preloaded through /etc/ld.so.preload,
   // no C++ runtime anywhere in it (the image has none).
-  const std::string maps = read_text("/proc/" + std::to_string(host_pid) + "/maps");
+  const std::string maps = read_file("/proc/" + std::to_string(host_pid) + "/maps");
   EXPECT_NE(maps.find("/opt/quanta/lib/libquanta.so"), std::string::npos) << maps;
   EXPECT_EQ(maps.find("libstdc++"), std::string::npos) << maps;
   EXPECT_EQ(maps.find("libgcc_s"), std::string::npos) << maps;
@@ -135,7 +135,8 @@ TEST_P(ContainerTest, AnnotatedContainerRegistersAsItsPodIsGatedAndCapped) {
   EXPECT_EQ((*r)["devices"], json::array({uuid}));
   const std::string cgroup = (*r)["cgroup_path"].get<std::string>();
   EXPECT_NE(cgroup, "/");
-  EXPECT_NE(read_text("/proc/" + std::to_string(host_pid) + "/cgroup").find(cgroup), std::string::npos);
+  EXPECT_NE(read_file("/proc/" + std::to_string(host_pid) + "/cgroup").find(cgroup),
+            std::string::npos);
 
   // Gated: its launches wait for grants the arbiter hands out.
   EXPECT_TRUE(eventually(10, [&] {

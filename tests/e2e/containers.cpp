@@ -1,15 +1,12 @@
 // The e2e harness: installation, image, bundles with CDI edits applied, runtimes.
 #include "tests/e2e/containers.h"
 
-#include "hooks/spec_io.h"
-
+#include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/statfs.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,6 +15,9 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include "hooks/spec_io.h"
+#include "tests/support/temp_dir.h"
 
 extern char** environ;
 
@@ -57,8 +57,8 @@ int run_command(const std::vector<std::string>& argv, const std::string& dir, st
     c.signal(SIGKILL);
     rc = c.wait(5);
   }
-  if (out != nullptr) *out = read_text(o);
-  if (err != nullptr) *err = read_text(e);
+  if (out != nullptr) *out = read_file(o);
+  if (err != nullptr) *err = read_file(e);
   return rc;
 }
 
@@ -82,8 +82,8 @@ std::string which(const std::string& name) {
 bool hybrid_with_v2_controllers() {
   struct statfs st {};
   if (statfs("/sys/fs/cgroup/unified", &st) != 0 || st.f_type != kCgroup2Magic) return false;
-  return !read_text("/sys/fs/cgroup/unified/cgroup.controllers").empty() &&
-         read_text("/sys/fs/cgroup/unified/cgroup.controllers") != "\n";
+  return !read_file("/sys/fs/cgroup/unified/cgroup.controllers").empty() &&
+         read_file("/sys/fs/cgroup/unified/cgroup.controllers") != "\n";
 }
 
 void copy_file(const std::string& from, const std::string& to) {
@@ -199,13 +199,6 @@ int run_podman(const World& world, const std::string& rootfs, const PodmanRun& r
   return run_command(argv, d, &out, said, 120);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 json vendor_spec(const World& world, const std::string& kind, bool device_nodes) {
   return vendor_spec(world.sim_state(), world.sim_log_path(), gpu0_uuid(world), kind, device_nodes);
 }
@@ -280,7 +273,7 @@ Install install_quanta(const World& world, const std::vector<std::string>& extra
   const int rc = run_command(argv, world.dir().path(), &out, &err, 60, world.tenant_env("", false));
   if (rc != 0) throw std::runtime_error("quanta-hook cdi generate failed (" + std::to_string(rc) + "): " + err);
   if (in.spec_path.size() > 5 && in.spec_path.substr(in.spec_path.size() - 5) == ".json")
-    in.spec = json::parse(read_text(in.spec_path));
+    in.spec = json::parse(read_file(in.spec_path));
   return in;
 }
 
@@ -442,7 +435,7 @@ Child Containers::run(const std::string& id, const std::string& bundle) {
 }
 
 std::string Containers::hook_stderr(const std::string& id) const {
-  return read_text(world_.dir().file("hooks-stderr." + id));
+  return read_file(world_.dir().file("hooks-stderr." + id));
 }
 
 pid_t Containers::pid_of(const std::string& id) {
@@ -477,7 +470,7 @@ std::vector<json> tenants_of(const json& status, const std::string& pod) {
 
 json registrations(const World& world) {
   const std::string path = world.dir().file("state/" + world.scope() + ".state.json");
-  json j = json::parse(read_text(path), nullptr, false);
+  json j = json::parse(read_file(path), nullptr, false);
   return j.is_object() && j.contains("registrations") ? j["registrations"] : json::array();
 }
 

@@ -156,7 +156,7 @@ std::vector<nlohmann::json> tenants_of(const nlohmann::json& status, const std::
 nlohmann::json registrations(const World& world);
 const nlohmann::json* registration(const nlohmann::json& regs, const std::string& container_id);
 
-std::string read_text(const std::string& path);
+using test_support::read_file;
 
 // Each process's busy time on GPU 0 in simgpu's execution log, over the window where all of
 // `pids` ran (from the latest first slice to the earliest last one), less `trim_ns` at both

@@ -100,7 +100,7 @@ TEST_P(HostileImageTest, TheInstallersHooksNameTheirWholeEnvironment) {
   for (const json& h : install_.spec["containerEdits"]["hooks"])
     EXPECT_EQ(h["env"], json::array({"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})) << h.dump();
   for (const auto& entry : fs::directory_iterator(install_.hooks_dir)) {
-    const json h = json::parse(read_text(entry.path().string()));
+    const json h = json::parse(read_file(entry.path().string()));
     EXPECT_EQ(h["hook"]["env"], json::array({"PATH=/usr/sbin:/usr/bin:/sbin:/bin"})) << entry.path();
   }
 }
@@ -119,7 +119,8 @@ TEST_P(HostileImageTest, AnImagesLoaderVariablesNeverRunInTheHook) {
   std::string said;
   const int code = run(c, &said);
   EXPECT_EQ(code, 0) << said;
-  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: " << read_text(mark);
+  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: "
+                                 << read_file(mark);
 }
 
 // The preload list and Quanta's folder are symbolic links to host paths in the image: the
@@ -149,7 +150,7 @@ TEST_P(HostileImageTest, SymlinkedMountTargetsNeverReachHostPaths) {
   if (code != 0) {
     EXPECT_FALSE(said.empty()) << "a refusal without a reason";
   }
-  EXPECT_EQ(read_text(host_file), "untouched\n");
+  EXPECT_EQ(read_file(host_file), "untouched\n");
   struct stat after {};
   ASSERT_EQ(stat(host_file.c_str(), &after), 0);
   EXPECT_EQ(after.st_ino, before.st_ino);
@@ -185,7 +186,7 @@ TEST_P(HostileImageTest, LinksIntoDevAndProcNeverReachTheHost) {
   EXPECT_TRUE(S_ISCHR(null_after.st_mode)) << "the host's /dev/null is no longer a device";
   EXPECT_EQ(null_after.st_rdev, null_before.st_rdev);
   EXPECT_EQ(null_after.st_ino, null_before.st_ino) << "something was mounted on the host's /dev/null";
-  const std::string mounts = read_text("/proc/self/mountinfo");
+  const std::string mounts = read_file("/proc/self/mountinfo");
   EXPECT_EQ(mounts.find(" /dev/null "), std::string::npos) << "a mount on the host's /dev/null";
   EXPECT_EQ(mounts.find(" " + host_dir + " "), std::string::npos) << "a mount on the host folder the image pointed at";
   EXPECT_TRUE(fs::is_empty(host_dir)) << "something was written into the host folder the image pointed at";
@@ -326,7 +327,8 @@ TEST_F(HostilePodmanTest, HooksdHooksRunNoImageCodeAndAHalfMadeContainerIsForgot
   const size_t before = registrations_logged(*world_);
   std::string said;
   run_podman(*world_, rootfs_, run, {"/bin/quanta-tenant", "--json", "info"}, &said);
-  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: " << read_text(mark);
+  EXPECT_FALSE(fs::exists(mark)) << "the image's library ran on the host as the hook: "
+                                 << read_file(mark);
   EXPECT_EQ(said.find("quanta-hook:"), std::string::npos) << "a hook stage failed: " << said;
   ASSERT_GT(registrations_logged(*world_), before) << "the createRuntime hook did not register the container:\n"
                                          << world_->arbiter_log();

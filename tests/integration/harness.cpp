@@ -32,13 +32,6 @@ namespace quanta::integration {
 
 namespace {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 bool socket_accepts(const std::string& path, int type = SOCK_SEQPACKET) {
   const int fd = socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;

@@ -2,6 +2,7 @@
 #include "tests/support/child.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,19 +10,11 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
-#include <gtest/gtest.h>
-#include <sstream>
+
+#include "tests/support/temp_dir.h"
 
 namespace quanta::test_support {
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 uint64_t monotonic_ns() {
   timespec ts{};

@@ -1,4 +1,5 @@
-// A folder of a test's own under /tmp, removed with everything in it when the test is done.
+// A folder of a test's own under /tmp, removed with everything in it when the test is done,
+// and the reading back of the files a test's programs wrote there.
 #pragma once
 
 #include <string>
@@ -19,5 +20,8 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The whole of a file, "" when it cannot be read.
+std::string read_file(const std::string& path);
 
 }  // namespace quanta::test_support
