@@ -20,6 +20,26 @@ bool draining(TenantState s) {
 
 }  // namespace
 
+PodTotals totals_between(const PodTotals& later, const PodTotals& earlier) {
+  const PodTotals& b = later;
+  const PodTotals& a = earlier;
+  PodTotals d;
+  for (size_t k = 0; k < kPhaseCount; ++k)
+    d.phase_ns[k] = b.phase_ns[k] - std::min(b.phase_ns[k], a.phase_ns[k]);
+  d.held_ns = b.held_ns - std::min(b.held_ns, a.held_ns);
+  d.busy_ns = b.busy_ns - std::min(b.busy_ns, a.busy_ns);
+  // The span the driver's figures cover (they lag the hold timeline by up to a sample).
+  d.busy_until_ns = b.busy_until_ns - std::min(b.busy_until_ns, a.busy_until_ns);
+  d.grants = b.grants - std::min(b.grants, a.grants);
+  d.revoke_timeouts = b.revoke_timeouts - std::min(b.revoke_timeouts, a.revoke_timeouts);
+  for (const auto& [holder, ns] : b.waited_behind_ns) {
+    auto it = a.waited_behind_ns.find(holder);
+    const uint64_t before = it == a.waited_behind_ns.end() ? 0 : it->second;
+    if (ns > before) d.waited_behind_ns[holder] = ns - before;
+  }
+  return d;
+}
+
 const char* phase_name(Phase phase) {
   switch (phase) {
     case Phase::kRunning:
@@ -303,6 +323,15 @@ const PodAccount* GpuAccounting::pod(const std::string& key) const {
 std::string GpuAccounting::key_of(AccountId id) const {
   auto it = pods_.find(id);
   return it == pods_.end() ? std::string() : it->second.key;
+}
+
+std::vector<std::pair<std::string, uint64_t>> GpuAccounting::by_holder(
+    const std::map<AccountId, uint64_t>& waited_behind_ns) const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& [holder, ns] : waited_behind_ns) out.emplace_back(key_of(holder), ns);
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  return out;
 }
 
 const PodSample* GpuAccounting::sample_before(const PodAccount& pod, uint64_t now,

@@ -60,6 +60,10 @@ struct PodTotals {
 };
 
 // One second of a pod's history: its totals then, and the target share the policy gave it.
+// What a pod's totals grew by from `earlier` to `later`, taken at two instants (a figure
+// that went back, as the driver's busy time can, counts as none).
+PodTotals totals_between(const PodTotals& later, const PodTotals& earlier);
+
 struct PodSample {
   uint64_t at_ns = 0;
   PodTotals totals;
@@ -128,6 +132,9 @@ class GpuAccounting {
   const std::map<AccountId, PodAccount>& pods() const { return pods_; }
   const PodAccount* pod(const std::string& key) const;
   std::string key_of(AccountId id) const;  // "" for kNobody or an unknown id
+  // Time waited behind each holder (PodTotals::waited_behind_ns) by holder key, largest first.
+  std::vector<std::pair<std::string, uint64_t>> by_holder(
+      const std::map<AccountId, uint64_t>& waited_behind_ns) const;
   uint64_t switches() const { return switches_; }
   const LatencyHistogram& handoff() const { return handoff_; }
   uint64_t held_ns() const { return held_ns_; }  // some tenant held the grant

@@ -1,11 +1,13 @@
 // What the admin requests do (the socket and its I/O are admin_server.cpp's): status, live
-// policy changes, registrations (top and explain are observe.cpp's, drain admin_drain.cpp's). The status schema is documented in
+// policy changes, registrations (top and explain are admin_views.cpp's answers to a view of
+// the node, drain admin_drain.cpp's). The status schema is documented in
 // docs/quantactl-status.md; every text a tenant or runtime chose goes out as JSON strings
 // (quantactl escapes them before printing).
 #include <spdlog/spdlog.h>
 
 #include <nlohmann/json.hpp>
 
+#include "arbiter/admin_views.h"
 #include "arbiter/arbiter.h"
 #include "common/clock.h"
 #include "common/pod_key.h"
@@ -40,9 +42,9 @@ json Arbiter::handle(const AdminRequest& request) {
     case AdminRequest::Command::kStatus:
       return status_json();
     case AdminRequest::Command::kTop:
-      return top_json();
+      return top_answer(*take_figures(common::monotonic_ns()));
     case AdminRequest::Command::kExplain:
-      return explain_json(request);
+      return explain_answer(view_node(common::monotonic_ns()), request.pod, request.seconds);
     case AdminRequest::Command::kDrain:
     case AdminRequest::Command::kUndrain:
       return handle_drain(request, request.command == AdminRequest::Command::kDrain);

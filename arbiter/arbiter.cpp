@@ -45,13 +45,7 @@ constexpr size_t kRegistrationsReapedPerBeat = 256;
 
 SchedulerOptions scheduler_options(const config::SchedulerConfig& c) {
   SchedulerOptions o;
-  o.quantum_ns = c.quantum_ns;
-  o.quantum_min_ns = c.quantum_min_ns;
-  o.quantum_max_ns = c.quantum_max_ns;
-  o.revoke_timeout_ns = c.revoke_timeout_ns;
-  o.idle_release_ns = c.idle_release_ns;
-  o.drain_overlap = c.drain_overlap;
-  o.quantum_slack_ppm = c.quantum_slack_ppm;
+  static_cast<config::SchedulerConfig&>(o) = c;
   return o;
 }
 
@@ -152,12 +146,14 @@ Arbiter::Arbiter(config::NodeConfig config)
                                             config_.tenant_socket, limits, peer_pidfd);
   admin_ = std::make_unique<AdminServer>(loop_, *this, reaper_, config_.admin_socket);
   {
-    const std::string tenant_dir = config_.tenant_socket.substr(0, config_.tenant_socket.rfind('/') + 1);
+    const std::string tenant_dir =
+        config_.tenant_socket.substr(0, config_.tenant_socket.rfind('/') + 1);
     if (config_.admin_socket.rfind(tenant_dir, 0) == 0)
-      spdlog::warn("[node] admin_socket {} is in the tenant socket's folder {}, which every GPU "
-                   "container mounts: containers see it (the socket refuses them); give it a "
-                   "folder of its own (\"/run/quanta-admin/admin.sock\")",
-                   config_.admin_socket, tenant_dir);
+      spdlog::warn(
+          "[node] admin_socket {} is in the tenant socket's folder {}, which every GPU "
+          "container mounts: containers see it (the socket refuses them); give it a "
+          "folder of its own (\"/run/quanta-admin/admin.sock\")",
+          config_.admin_socket, tenant_dir);
   }
 
   loop_.set_next_deadline([this] { return shared_wakeup(); });
@@ -187,8 +183,10 @@ Arbiter::~Arbiter() {
   // zero the heartbeat and wake every launcher blocked at a gate so it notices. A restart
   // brings gating back as each tenant reconnects; grants carry over to the new regions.
   for (auto& gpu : gpus_) {
-    gpu->each_header([](common::ControlHeader& h) { h.heartbeat_ns.store(0, std::memory_order_release); });
-    for (const auto& [slot, pid] : gpu->slot_pids) common::futex_wake(&gpu->words(slot).turn, INT_MAX);
+    gpu->each_header(
+        [](common::ControlHeader& h) { h.heartbeat_ns.store(0, std::memory_order_release); });
+    for (const auto& [slot, pid] : gpu->slot_pids)
+      common::futex_wake(&gpu->words(slot).turn, INT_MAX);
   }
   if (nvml_) loop_.remove(nvml_->fd());
   nvml_.reset();
@@ -325,11 +323,11 @@ void Arbiter::make_gpus(const std::vector<GpuInfo>& gpus, uint64_t now) {
     gpu->sched = std::make_unique<Scheduler>(scheduler_options(config_.scheduler));
     if (drained.count(gpu->uuid) != 0) {
       gpu->sched->set_draining(true);
-      spdlog::warn("GPU {} {} stays drained (quantactl undrain {} resumes grants)", i, gpu->uuid, i);
+      spdlog::warn("GPU {} {} stays drained (quantactl undrain {} resumes grants)", i, gpu->uuid,
+                   i);
     }
     gpus_.push_back(std::move(gpu));
   }
-
 }
 
 // Pod regions: only those the state file recorded, found with the recorded inode, name
@@ -443,16 +441,18 @@ void Arbiter::carry_layout2_slots(std::map<uint32_t, ControlSnapshot>& old_contr
       try {
         open_region2(gpu);
       } catch (const RegionError& e) {
-        spdlog::error("no control region of shared-memory layout 2 on GPU {}: {}; its layout-2 "
-                      "processes attach afresh when they reconnect",
-                      index, e.what());
+        spdlog::error(
+            "no control region of shared-memory layout 2 on GPU {}: {}; its layout-2 "
+            "processes attach afresh when they reconnect",
+            index, e.what());
         break;
       }
       gpu.layout2_slots.set(s);
       carry_slot(gpu, s, proc, pod, was.turn.load(), now);
     }
     auto holder = gpu.sched->holder();
-    gpu.each_header([&](common::ControlHeader& h) { h.holder.store(holder ? *holder : common::kNoSlot); });
+    gpu.each_header(
+        [&](common::ControlHeader& h) { h.holder.store(holder ? *holder : common::kNoSlot); });
   }
 }
 
@@ -545,10 +545,11 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     // only pods the previous release placed get it, never one a process chooses it for.
     if (layout == common::layout2::kVersion && pods_.find_key(key) == nullptr &&
         previous_release_pods_.count(key) == 0) {
-      return refuse("pod " + key + " was not placed by the previous release, and this process's " +
-                        "libquanta.so maps shared-memory layout 2: only such pods are served in " +
-                        "that layout; restart the pod so that it loads the libquanta.so installed now",
-                    action);
+      return refuse(
+          "pod " + key + " was not placed by the previous release, and this process's " +
+              "libquanta.so maps shared-memory layout 2: only such pods are served in " +
+              "that layout; restart the pod so that it loads the libquanta.so installed now",
+          action);
     }
     UniqueFd pidfd(fcntl(peer.pidfd.get(), F_DUPFD_CLOEXEC, 3));
     if (!pidfd) return refuse("pid " + std::to_string(pid) + " could not be watched", action);
@@ -689,8 +690,8 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
       try {
         open_region2(*gpu);
       } catch (const RegionError& e) {
-        out.reason = "no control region of shared-memory layout 2 on GPU " + gpu->uuid + ": " +
-                     e.what();
+        out.reason =
+            "no control region of shared-memory layout 2 on GPU " + gpu->uuid + ": " + e.what();
         out.action = action;
         return out;
       }
@@ -851,7 +852,8 @@ void Arbiter::index_channels(Gpu& gpu) {
     Pod* pod = pods_.find(proc.pod_index);
     if (gpu.layout2_slots.test(slot)) {
       common::layout2::ControlSlot& cs = gpu.region2->slots[slot];
-      gpu.channels.push_back({slot, &channel(proc, gpu.index), &cs.quantum_ns, &cs.inflight_limit_ns});
+      gpu.channels.push_back(
+          {slot, &channel(proc, gpu.index), &cs.quantum_ns, &cs.inflight_limit_ns});
     } else {
       common::GateLimits* limits = pod->region.limits(proc.proc_index, gpu.index);
       gpu.channels.push_back(
@@ -947,7 +949,8 @@ void Arbiter::apply(Gpu& gpu, const std::vector<Action>& actions) {
           const uint64_t quantum = gpu.sched->quantum_for(a.slot);
           if (const Gpu::SlotChannel* limits = slot_channel(gpu, a.slot))
             limits->quantum_ns->store(quantum, std::memory_order_relaxed);
-          gpu.each_header([&](common::ControlHeader& h) { h.holder.store(a.slot, std::memory_order_relaxed); });
+          gpu.each_header(
+              [&](common::ControlHeader& h) { h.holder.store(a.slot, std::memory_order_relaxed); });
           ++gpu.grants;
           if (gpu.last_granted != common::kNoSlot && gpu.last_granted != a.slot) ++gpu.switches;
           gpu.last_granted = a.slot;
@@ -1060,9 +1063,10 @@ void Arbiter::open_region2(Gpu& gpu) {
   h.holder.store(from.holder.load());
   h.waiters.store(from.waiters.load());
   h.heartbeat_ns.store(from.heartbeat_ns.load());
-  spdlog::info("GPU {} {} serves processes of shared-memory layout 2 (pods started under the "
-               "previous release) from a control region of their own",
-               gpu.index, gpu.uuid);
+  spdlog::info(
+      "GPU {} {} serves processes of shared-memory layout 2 (pods started under the "
+      "previous release) from a control region of their own",
+      gpu.index, gpu.uuid);
   record_node();
 }
 

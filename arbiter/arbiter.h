@@ -27,6 +27,7 @@
 #include "arbiter/fd_reaper.h"
 #include "arbiter/gpu_inventory.h"
 #include "arbiter/log_limit.h"
+#include "arbiter/node_view.h"
 #include "arbiter/nvml_sampler.h"
 #include "arbiter/pod_registry.h"
 #include "arbiter/region_recovery.h"
@@ -97,7 +98,7 @@ struct Gpu {
     std::atomic<uint64_t>* inflight_limit_ns;
   };
   std::vector<SlotChannel> channels;
-  bool dirty = true;                  // needs a sync from shared memory and a decision
+  bool dirty = true;  // needs a sync from shared memory and a decision
   // When ControlHeader::waiters last became non-zero (read after the store); 0 while none.
   uint64_t waiters_visible_ns = 0;
   // NVML's view at the last poll (exported by status and metrics).
@@ -110,9 +111,9 @@ struct Gpu {
   // Since this arbiter started: grants, and grants to another slot than the last one.
   uint64_t grants = 0;
   uint64_t switches = 0;
-  uint64_t doorbells = 0;  // rings by its tenants (each makes the arbiter look at the GPU)
-  uint64_t passes = 0;         // syncs of every slot with a decision
-  uint64_t holder_looks = 0;   // deadlines served by a look at the holder alone
+  uint64_t doorbells = 0;        // rings by its tenants (each makes the arbiter look at the GPU)
+  uint64_t passes = 0;           // syncs of every slot with a decision
+  uint64_t holder_looks = 0;     // deadlines served by a look at the holder alone
   uint64_t ended_by_holder = 0;  // turns the holder ended itself (kAttachEndsOwnQuantum)
   // The slot whose ControlSlot::end_at_ns was last published, kNoSlot when none.
   uint32_t end_published = common::kNoSlot;
@@ -178,8 +179,8 @@ class Arbiter final : public TenantApi, public AdminApi {
     size_t reclaimed = 0;  // entries of processes gone meanwhile, their memory reclaimed
   };
   RecoveryScan scan_recorded_tenants(const SavedState& saved) const;
-  PreviousControls read_previous_controls(const SavedState& saved,
-                                          const std::vector<GpuInfo>& gpus, RecoveryScan& scan);
+  PreviousControls read_previous_controls(const SavedState& saved, const std::vector<GpuInfo>& gpus,
+                                          RecoveryScan& scan);
   void make_gpus(const std::vector<GpuInfo>& gpus, uint64_t now);
   Readoption readopt_pods(const SavedState& saved, RecoveryScan& scan);
   void carry_slots(std::map<uint32_t, ControlSnapshot>& old_controls, uint64_t now);
@@ -234,15 +235,18 @@ class Arbiter final : public TenantApi, public AdminApi {
   nlohmann::json handle_drain(const AdminRequest& request, bool on);
   void save_drained() const;
 
-  // observe.cpp: metrics endpoint, history tick, snapshots, quantactl top and explain
+  // observe.cpp: metrics endpoint, history tick, and the view the figures, top and explain
+  // are worked out from (figures.cpp, admin_views.cpp)
   void start_observation();
   void observation_tick();
   void charge_nvml_busy();
+  // Live state at `now` as the observing side reads it: accounting brought up to `now`,
+  // NVML's busy time charged, no other change.
+  NodeView view_node(uint64_t now);
+  GpuView view_gpu(Gpu& gpu, const std::vector<GpuReading>* readings, uint64_t now);
   std::shared_ptr<const NodeFigures> take_figures(uint64_t now);
   void note_refusal(const std::string& reason);
   std::string metrics_address() const;  // "HOST:PORT" served, "" when not
-  nlohmann::json top_json();
-  nlohmann::json explain_json(const AdminRequest& request);
 
   config::NodeConfig config_;
   EventLoop loop_;

@@ -1,10 +1,12 @@
-// A snapshot of what the arbiter knows, taken on the event loop and handed whole to the
-// readers that must never touch live state: the /metrics renderer (another thread) and the
-// admin views (`quantactl top`). Plain values only.
+// A snapshot of what the arbiter knows, worked out on the event loop from a view of its live
+// state (node_view.h, figures.cpp) and handed whole to the readers that must never touch
+// live state: the /metrics renderer (another thread) and the admin views (`quantactl top`).
+// Plain values only.
 #pragma once
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <map>
@@ -15,6 +17,7 @@
 
 #include "arbiter/accounting.h"
 #include "arbiter/capacity.h"
+#include "arbiter/node_view.h"
 #include "arbiter/nvml_sampler.h"
 #include "common/pod_key.h"
 #include "common/policy.h"
@@ -94,6 +97,19 @@ struct NodeFigures {
   std::vector<GpuFigures> gpus;
 };
 
+// The node's figures at the view's instant.
+NodeFigures figures_of(const NodeView& node);
+
+// `part` over `whole`, within [0, 1] (0 for an empty whole).
+inline double ratio_of(uint64_t part, uint64_t whole) {
+  return whole == 0 ? 0.0
+                    : std::clamp(static_cast<double>(part) / static_cast<double>(whole), 0.0, 1.0);
+}
+
+inline double seconds_of(uint64_t ns) {
+  return static_cast<double>(ns) / 1e9;
+}
+
 // The node's fits per probe (NodeFigures::node_fits): the sum of its GPUs', a GPU whose MIG
 // instances are managed too counted through them only (its capacity is theirs), which marks
 // it mig_parent.
@@ -101,8 +117,8 @@ std::vector<uint32_t> sum_node_fits(std::vector<GpuFigures>& gpus, size_t probes
 
 // Refusal reasons at the tenant socket (the `reason` label), and the one a refusal's text
 // belongs to.
-inline constexpr const char* kRefusalReasons[] = {"unregistered", "no-pod",   "pidfd",  "region",
-                                                  "pod-full",     "version",  "other"};
+inline constexpr const char* kRefusalReasons[] = {"unregistered", "no-pod",  "pidfd", "region",
+                                                  "pod-full",     "version", "other"};
 const char* refusal_reason(const std::string& text);
 
 // Pod keys as operators name them (common/pod_key.h).

@@ -14,29 +14,20 @@
 #include "arbiter/virtual_clock.h"
 #include "common/policy.h"
 #include "common/shm_layout.h"
+#include "config/node_config.h"
 
 namespace quanta::arbiter {
 
 using SlotId = uint32_t;
 using PodId = uint32_t;
 
-struct SchedulerOptions {
-  uint64_t quantum_ns = 20'000'000;
-  uint64_t quantum_min_ns = 1'000'000;  // bounds quanta; minimum hold before preemption
-  uint64_t quantum_max_ns = 100'000'000;
-  uint64_t revoke_timeout_ns = 500'000'000;
-  uint64_t idle_release_ns = 2'000'000;
+// The node's [scheduler] table (config::SchedulerConfig, with its defaults: the quantum and
+// its bounds, the revoke timeout, the idle release, drain overlap and quantum slack), and what
+// only the scheduler's own tests and figures set.
+struct SchedulerOptions : config::SchedulerConfig {
   uint64_t lag_ns = 0;                       // idle credit a waking pod keeps; 0 = one quantum
   uint64_t share_window_ns = 1'000'000'000;  // max-share and min-share window
   uint64_t stats_window_ns = 5'000'000'000;  // achieved-share window for status
-  // An interactive tenant preempting a lower class starts at once while the old holder
-  // drains its queued work (false: strictly one tenant on the GPU at a time, and the
-  // holder keeps quantum_min first).
-  bool drain_overlap = true;
-  // How late a quantum may end, in ppm of the quantum, when the arbiter serves another
-  // GPU's deadline then (0: every quantum ends on time). The extra time is charged like
-  // the rest of the hold, so shares do not move; only the quantum's length does.
-  uint32_t quantum_slack_ppm = 100'000;
 };
 
 enum class TenantState { kIdle, kWaiting, kHolding, kRevoking, kPassedOver };
@@ -200,13 +191,13 @@ class Scheduler {
     PodId pod = 0;
     TenantState state = TenantState::kIdle;
     bool want = false;
-    bool owed_grant = false;         // granted on its pod's minimum (not in fair order)
-    bool revoked_busy = false;       // revoked with work still coming (not for idleness)
-    bool reports_quiet = false;      // set_reports_quiet
-    bool reports_unused_grant = false;  // set_reports_unused_grant
-    bool ends_own_quantum = false;      // set_ends_own_quantum
+    bool owed_grant = false;                 // granted on its pod's minimum (not in fair order)
+    bool revoked_busy = false;               // revoked with work still coming (not for idleness)
+    bool reports_quiet = false;              // set_reports_quiet
+    bool reports_unused_grant = false;       // set_reports_unused_grant
+    bool ends_own_quantum = false;           // set_ends_own_quantum
     bool granted_while_others_wait = false;  // others waited when its grant was made
-    uint64_t presumed_until_ns = 0;  // counts as wanting until then, want or not
+    uint64_t presumed_until_ns = 0;          // counts as wanting until then, want or not
     uint64_t grant_ns = 0;
     uint64_t quantum_end_ns = 0;
     uint64_t revoke_ns = 0;
@@ -215,7 +206,7 @@ class Scheduler {
     uint64_t last_launch_ns = 0;
     uint64_t inflight_ns = 0;
     uint64_t work_done_ns = 0;  // when its queued work was last seen to end (inflight_ns to 0)
-    uint64_t drain_ns = 0;  // moving average of revoke-to-release, measured here
+    uint64_t drain_ns = 0;      // moving average of revoke-to-release, measured here
     uint64_t last_active_ns = 0;
     uint64_t arrived_ns = 0;
     uint64_t grants = 0;
@@ -264,7 +255,7 @@ class Scheduler {
   bool rings_if_unused(const Tenant& h) const;
   uint64_t idle_look_ns(const Tenant& h, uint64_t now, uint64_t recheck_ns) const;
   uint64_t quantum_of(const Tenant& t) const;
-  uint64_t slack_of(const Tenant& t) const;  // how late its quantum may end
+  uint64_t slack_of(const Tenant& t) const;     // how late its quantum may end
   uint64_t backstop_of(const Tenant& t) const;  // how long it has to end its own quantum
   bool interactive_recent(uint64_t now) const;
   uint32_t active_interactive() const;
@@ -294,7 +285,7 @@ class Scheduler {
   // How late other_deadline_ns_ may be served (the quantum's end plus its slack, or the
   // earliest exact deadline).
   uint64_t other_latest_ns_ = 0;
-  uint64_t self_end_ns_ = 0;  // self_end_ns()
+  uint64_t self_end_ns_ = 0;   // self_end_ns()
   uint64_t accounted_ns_ = 0;  // on-GPU tenants are charged up to here
   uint64_t next_trim_ns_ = 0;
   uint32_t active_count_ = 0;  // tenants waiting, holding or revoking, on all pods

@@ -15,6 +15,8 @@
 
 namespace quanta::config {
 
+// [scheduler]: the one place its defaults are declared (the arbiter's SchedulerOptions
+// extends it).
 struct SchedulerConfig {
   uint64_t quantum_ns = 20'000'000;          // node default quantum
   uint64_t quantum_min_ns = 1'000'000;       // bounds every pod's quantum; also the minimum
@@ -22,8 +24,14 @@ struct SchedulerConfig {
   uint64_t revoke_timeout_ns = 500'000'000;  // a holder that ignores a revoke is passed over
   uint64_t lease_ns = 1'000'000'000;         // tenants lapse to ungated launches after this
   uint64_t idle_release_ns = 2'000'000;      // an idle holder is revoked early when others wait
-  bool drain_overlap = true;  // an interactive preemptor starts while the old holder drains
-  uint32_t quantum_slack_ppm = 100'000;  // how late a quantum may end to share a wake-up
+  // An interactive tenant preempting a lower class starts at once while the old holder
+  // drains its queued work (false: strictly one tenant on the GPU at a time, and the holder
+  // keeps quantum_min first).
+  bool drain_overlap = true;
+  // How late a quantum may end, in ppm of the quantum, when the arbiter serves another GPU's
+  // deadline then (0: every quantum ends on time). The extra time is charged like the rest
+  // of the hold, so shares do not move; only the quantum's length does.
+  uint32_t quantum_slack_ppm = 100'000;
 };
 
 // What the node enforces against tenants (see SECURITY.md). Applies to processes in
