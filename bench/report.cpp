@@ -21,9 +21,9 @@ using Json = nlohmann::json;
 using quanta::bench::cell;
 namespace fs = std::filesystem;
 
-const std::vector<std::string> kOrder = {"fairness", "interactive", "interactive-8", "overhead",
-                                         "handoff",  "launch-cost", "memcap",        "scale",
-                                         "churn"};
+const std::vector<std::string> kOrder = {"fairness", "interactive", "interactive-8",
+                                         "overhead", "handoff",     "launch-cost",
+                                         "memcap",   "scale",       "churn"};
 
 // The last non-empty line of a file (a scenario's stderr: why it printed no JSON).
 std::string last_line(const fs::path& file) {
@@ -166,127 +166,133 @@ std::string verdict(const Json& target) {
   return target["met"].get<bool>() ? "met" : "**missed**";
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "quanta-bench-report: latest.json and RESULTS.md from one run's per-scenario JSON files"};
+// What the command line asks for.
+struct Options {
   std::string inputs, from, json_out, markdown_out, command, analysis, conditions;
-  auto* inputs_option =
-      app.add_option("--inputs", inputs, "directory holding <scenario>.json files");
-  app.add_option("--from", from, "an assembled latest.json to render again (instead of --inputs)")
-      ->excludes(inputs_option);
-  app.add_option("--json", json_out, "where to write the assembled JSON (required with --inputs)");
-  app.add_option("--markdown", markdown_out, "where to write RESULTS.md")->required();
-  app.add_option("--command", command, "the command that produced the run");
-  app.add_option("--conditions", conditions, "one line on what else ran during the measurement");
-  app.add_option("--analysis", analysis, "a Markdown file appended as the analysis of misses");
   std::string previous_file, scenario_list;
   bool print_changes = false;
   double noise_pct = 10;
-  app.add_option(
-      "--previous", previous_file,
-      "the previous run's latest.json to compare against (a missing file means no previous run)");
-  app.add_option("--scenarios", scenario_list,
-                 "the scenarios this run asked for, space-separated (default: every "
-                 "<scenario>.json in --inputs)");
-  app.add_option("--noise-pct", noise_pct,
-                 "a target moving away from its limit by more than this % is called worse")
-      ->check(CLI::Range(0.0, 1000.0));
-  app.add_flag("--print-changes", print_changes,
-               "print each figure's change against --previous on stdout");
-  CLI11_PARSE(app, argc, argv);
-  if (inputs.empty() == from.empty() || (!inputs.empty() && json_out.empty())) {
-    std::cerr << "quanta-bench-report: give --inputs DIR with --json FILE, or --from latest.json\n";
-    return 2;
-  }
+};
 
+// The run's latest.json as it is assembled (or read back with --from), with its scenarios in
+// the order RESULTS.md shows them.
+struct Run {
   Json all = Json::object();
   Json machine;
-  std::string date, gpu;
-  double elapsed = 0;
-  if (!from.empty()) {
-    std::ifstream in(from);
-    try {
-      all = Json::parse(in);
-    } catch (const std::exception& error) {
-      std::cerr << "quanta-bench-report: cannot read " << from << ": " << error.what() << "\n";
-      return 1;
-    }
-    machine = all.value("machine", Json::object());
-    date = all.value("date", "");
-    gpu = all.value("gpu", "");
-    command = all.value("command", "");
-    conditions = all.value("conditions", "");
-  }
+  std::string date, gpu, command, conditions;
   std::vector<std::string> order = kOrder;
-  std::vector<std::string> asked;
-  {
-    std::istringstream names(scenario_list);
-    for (std::string name; names >> name;) {
-      asked.push_back(name);
-      if (std::find(order.begin(), order.end(), name) == order.end()) order.push_back(name);
+  std::vector<std::string> asked;  // --scenarios, in its order
+};
+
+// --from: a latest.json assembled before, read back with its machine, date and command.
+void read_assembled(const std::string& from, Run& run) {
+  std::ifstream in(from);
+  try {
+    run.all = Json::parse(in);
+  } catch (const std::exception& error) {
+    throw std::runtime_error("cannot read " + from + ": " + error.what());
+  }
+  run.machine = run.all.value("machine", Json::object());
+  run.date = run.all.value("date", "");
+  run.gpu = run.all.value("gpu", "");
+  run.command = run.all.value("command", "");
+  run.conditions = run.all.value("conditions", "");
+}
+
+// After --scenarios: the scenarios a --from file holds beyond the usual ones (a --only run of
+// soak, say), appended to the order.
+void order_assembled_extras(Run& run) {
+  for (auto it = run.all.begin(); it != run.all.end(); ++it) {
+    if (it.value().is_object() && it.value().contains("scenario") &&
+        std::find(run.order.begin(), run.order.end(), it.key()) == run.order.end()) {
+      run.order.push_back(it.key());
     }
   }
-  if (!from.empty()) {
-    // Scenarios a --from file holds beyond the usual eight (a --only run of soak, say).
-    for (auto it = all.begin(); it != all.end(); ++it) {
-      if (it.value().is_object() && it.value().contains("scenario") &&
-          std::find(order.begin(), order.end(), it.key()) == order.end()) {
-        order.push_back(it.key());
-      }
-    }
+}
+
+// --scenarios: the ones asked for, appended to the order when new.
+void read_asked(const std::string& scenario_list, Run& run) {
+  std::istringstream names(scenario_list);
+  for (std::string name; names >> name;) {
+    run.asked.push_back(name);
+    if (std::find(run.order.begin(), run.order.end(), name) == run.order.end())
+      run.order.push_back(name);
   }
-  for (const auto& name : inputs.empty() ? std::vector<std::string>{} : order) {
-    bool required = std::find(asked.begin(), asked.end(), name) != asked.end();
-    if (!asked.empty() && !required) continue;
+}
+
+// --inputs: every scenario's JSON (those asked for, which must be there, or all there are),
+// and the machine, date and GPU the first of them names.
+void assemble(const std::string& inputs, Run& run) {
+  double elapsed = 0;
+  for (const auto& name : run.order) {
+    const bool required = std::find(run.asked.begin(), run.asked.end(), name) != run.asked.end();
+    if (!run.asked.empty() && !required) continue;
     Json scenario = read_scenario(inputs, name, required);
     if (scenario.is_null()) continue;
-    if (machine.is_null() && scenario.contains("machine")) machine = scenario["machine"];
-    if (date.empty() && scenario.contains("date") && scenario["date"].is_string())
-      date = scenario["date"].get<std::string>();
-    if (gpu.empty() && scenario.contains("gpu") && scenario["gpu"].is_string())
-      gpu = scenario["gpu"].get<std::string>();
+    if (run.machine.is_null() && scenario.contains("machine")) run.machine = scenario["machine"];
+    if (run.date.empty() && scenario.contains("date") && scenario["date"].is_string())
+      run.date = scenario["date"].get<std::string>();
+    if (run.gpu.empty() && scenario.contains("gpu") && scenario["gpu"].is_string())
+      run.gpu = scenario["gpu"].get<std::string>();
     elapsed += scenario.value("elapsed_s", 0.0);
-    all[name] = scenario;
+    run.all[name] = scenario;
   }
-  if (from.empty()) {
-    all["machine"] = machine;
-    all["date"] = date;
-    all["command"] = command;
-    all["gpu"] = gpu;
-    all["elapsed_s"] = std::round(elapsed * 10) / 10;
-    if (!conditions.empty()) all["conditions"] = conditions;
-  }
-  if (!previous_file.empty()) {
-    // Read before --json overwrites it (bench.sh passes a copy, but the file may be the same).
-    Json previous;
-    std::string previous_note;
-    if (!fs::exists(previous_file)) {
-      previous_note = "no previous run (" + previous_file + " does not exist): every figure is new";
-    } else {
-      std::ifstream in(previous_file);
-      try {
-        previous = Json::parse(in);
-        if (!previous.is_object()) {
-          previous = nullptr;
-          previous_note =
-              "the previous run's " + previous_file + " is not a JSON object: every figure is new";
-        }
-      } catch (const std::exception& error) {
-        previous_note = "the previous run's " + previous_file + " is not JSON (" + error.what() +
-                        "): every figure is new";
-      }
-    }
-    all["changes"] = quanta::bench::compare_runs(previous, all, order, noise_pct, previous_note);
-  }
-  if (print_changes && all.contains("changes"))
-    quanta::bench::print_comparison(std::cout, all["changes"]);
-  if (!json_out.empty()) std::ofstream(json_out) << all.dump(2) << "\n";
+  run.all["machine"] = run.machine;
+  run.all["date"] = run.date;
+  run.all["command"] = run.command;
+  run.all["gpu"] = run.gpu;
+  run.all["elapsed_s"] = std::round(elapsed * 10) / 10;
+  if (!run.conditions.empty()) run.all["conditions"] = run.conditions;
+}
 
-  std::ostringstream md;
-  // The run's own file (latest.json unless scripts/bench.sh was given --results).
-  const std::string results_file = std::filesystem::path(from.empty() ? json_out : from).filename().string();
+// Every figure's change against the previous run's latest.json (read before --json
+// overwrites it: bench.sh passes a copy, but the file may be the same).
+Json changes_since(const std::string& previous_file, const Run& run, double noise_pct) {
+  Json previous;
+  std::string note;
+  if (!fs::exists(previous_file)) {
+    note = "no previous run (" + previous_file + " does not exist): every figure is new";
+  } else {
+    std::ifstream in(previous_file);
+    try {
+      previous = Json::parse(in);
+      if (!previous.is_object()) {
+        previous = nullptr;
+        note = "the previous run's " + previous_file + " is not a JSON object: every figure is new";
+      }
+    } catch (const std::exception& error) {
+      note = "the previous run's " + previous_file + " is not JSON (" + error.what() +
+             "): every figure is new";
+    }
+  }
+  return quanta::bench::compare_runs(previous, run.all, run.order, noise_pct, note);
+}
+
+// The line of the header that says what worsened since the previous run.
+void changes_line(std::ostream& md, const Json& changes) {
+  std::vector<std::string> worse;
+  for (const auto& row : changes.value("figures", Json::array())) {
+    if (row.value("worse", false))
+      worse.push_back(row.value("scenario", "") + " " + row.value("target", ""));
+  }
+  if (!changes["previous"].is_object()) {
+    md << "- changes: none to show (" << changes.value("previous_note", "no previous run") << ")\n";
+  } else if (worse.empty()) {
+    md << "- changes: no target worsened beyond noise since "
+       << changes["previous"].value("date", "the previous run")
+       << " ([changes](#changes-since-the-previous-run))\n";
+  } else {
+    md << "- changes: **" << worse.size() << " target" << (worse.size() == 1 ? "" : "s")
+       << " worsened beyond noise** since " << changes["previous"].value("date", "the previous run")
+       << ":";
+    for (size_t i = 0; i < worse.size(); ++i) md << (i ? "," : "") << " " << worse[i];
+    md << " ([changes](#changes-since-the-previous-run))\n";
+  }
+}
+
+// The machine, date, command and time of the run, and its changes in one line.
+void header_markdown(std::ostream& md, const Run& run, const std::string& results_file) {
+  const Json& machine = run.machine;
   md << "# Quanta benchmark results\n\n"
      << "Written by `scripts/bench.sh` from `bench/results/"
      << (results_file.empty() ? "latest.json" : results_file)
@@ -295,36 +301,20 @@ int main(int argc, char** argv) {
      << "- machine: " << cell(machine.value("cpu", Json("?"))) << ", "
      << cell(machine.value("cores", Json(0))) << " cores, kernel "
      << cell(machine.value("kernel", Json("?")))
-     << ", GPU: " << cell(machine.value("gpu", Json("?"))) << "\n- date: " << date
-     << "\n- command: `" << command << "`\n- total time: " << cell(all["elapsed_s"]) << " s\n";
-  if (!conditions.empty()) md << "- conditions: " << conditions << "\n";
-  if (all.contains("changes") && all["changes"].is_object()) {
-    const Json& changes = all["changes"];
-    std::vector<std::string> worse;
-    for (const auto& row : changes.value("figures", Json::array())) {
-      if (row.value("worse", false))
-        worse.push_back(row.value("scenario", "") + " " + row.value("target", ""));
-    }
-    if (!changes["previous"].is_object()) {
-      md << "- changes: none to show (" << changes.value("previous_note", "no previous run")
-         << ")\n";
-    } else if (worse.empty()) {
-      md << "- changes: no target worsened beyond noise since "
-         << changes["previous"].value("date", "the previous run")
-         << " ([changes](#changes-since-the-previous-run))\n";
-    } else {
-      md << "- changes: **" << worse.size() << " target" << (worse.size() == 1 ? "" : "s")
-         << " worsened beyond noise** since "
-         << changes["previous"].value("date", "the previous run") << ":";
-      for (size_t i = 0; i < worse.size(); ++i) md << (i ? "," : "") << " " << worse[i];
-      md << " ([changes](#changes-since-the-previous-run))\n";
-    }
-  }
+     << ", GPU: " << cell(machine.value("gpu", Json("?"))) << "\n- date: " << run.date
+     << "\n- command: `" << run.command << "`\n- total time: " << cell(run.all["elapsed_s"])
+     << " s\n";
+  if (!run.conditions.empty()) md << "- conditions: " << run.conditions << "\n";
+  if (run.all.contains("changes") && run.all["changes"].is_object())
+    changes_line(md, run.all["changes"]);
+}
 
+// Every scenario's targets: value, limit, verdict and margin.
+void targets_markdown(std::ostream& md, const Run& run) {
   md << "\n## Targets\n\n| scenario | target | value | limit | verdict | margin "
         "|\n|---|---|---|---|---|---|\n";
-  for (const auto& name : order) {
-    const Json& scenario = all[name];
+  for (const auto& name : run.order) {
+    const Json& scenario = run.all[name];
     if (!scenario.contains("targets")) {
       md << "| " << name << " | (no result) | — | — | not measured | — |\n";
       continue;
@@ -336,56 +326,128 @@ int main(int argc, char** argv) {
          << (t.contains("worst") ? "; worst run " + cell(t["worst"]) : "") << " |\n";
     }
   }
+}
 
-  for (const auto& name : order) {
-    const Json& scenario = all[name];
+// scale's two layouts, each with its configurations side by side and its worst tenant.
+void scale_markdown(std::ostream& md, const Json& scenario,
+                    const std::vector<std::string>& configs) {
+  for (const char* layout : {"one_gpu", "eight_gpus"}) {
+    md << "**" << layout << "**\n\n";
+    figure_table(md, scenario, configs, layout);
+    for (const auto& config : configs) {
+      const Json& block = scenario[config].value(layout, Json::object());
+      if (!block.contains("worst_tenant")) continue;
+      const Json& worst = block["worst_tenant"];
+      md << "\n"
+         << config << " worst tenant: weight " << cell(worst["weight"]) << ", target share "
+         << cell(worst["target_share"]) << ", achieved " << cell(worst["achieved_share"]) << "\n";
+    }
+    md << "\n";
+  }
+}
+
+// One scenario's section: its workload, its configurations side by side, its ratios and notes.
+void scenario_markdown(std::ostream& md, const std::string& name, const Json& scenario) {
+  md << "\n## " << name << "\n\n";
+  if (scenario.contains("workload")) md << "Workload: `" << scenario["workload"].dump() << "`\n\n";
+  const auto configs = configurations(scenario);
+  if (name == "scale") {
+    scale_markdown(md, scenario, configs);
+  } else {
+    figure_table(md, scenario, configs, "");
+    shares_table(md, scenario, configs);
+  }
+  std::vector<std::string> ratios;
+  for (auto it = scenario.begin(); it != scenario.end(); ++it) {
+    if (it.value().is_number() && it.key() != "elapsed_s")
+      ratios.push_back(it.key() + " = " + cell(it.value()));
+  }
+  if (!ratios.empty()) {
+    md << "\n";
+    for (size_t i = 0; i < ratios.size(); ++i) md << (i ? ", " : "") << ratios[i];
+    md << "\n";
+  }
+  std::ostringstream scenario_notes;
+  notes(scenario_notes, scenario, configs);
+  if (!scenario_notes.str().empty()) md << "\nNotes:\n\n" << scenario_notes.str();
+}
+
+// RESULTS.md: header, targets, each scenario, the changes and the analysis of misses.
+std::string results_markdown(const Run& run, const Options& o) {
+  std::ostringstream md;
+  // The run's own file (latest.json unless scripts/bench.sh was given --results).
+  header_markdown(md, run, fs::path(o.from.empty() ? o.json_out : o.from).filename().string());
+  targets_markdown(md, run);
+  for (const auto& name : run.order) {
+    const Json& scenario = run.all[name];
     if (!scenario.is_object() && std::find(kOrder.begin(), kOrder.end(), name) == kOrder.end())
       continue;
-    md << "\n## " << name << "\n\n";
-    if (scenario.contains("workload"))
-      md << "Workload: `" << scenario["workload"].dump() << "`\n\n";
-    auto configs = configurations(scenario);
-    if (name == "scale") {
-      for (const char* layout : {"one_gpu", "eight_gpus"}) {
-        md << "**" << layout << "**\n\n";
-        figure_table(md, scenario, configs, layout);
-        for (const auto& config : configs) {
-          const Json& block = scenario[config].value(layout, Json::object());
-          if (!block.contains("worst_tenant")) continue;
-          const Json& worst = block["worst_tenant"];
-          md << "\n"
-             << config << " worst tenant: weight " << cell(worst["weight"]) << ", target share "
-             << cell(worst["target_share"]) << ", achieved " << cell(worst["achieved_share"])
-             << "\n";
-        }
-        md << "\n";
-      }
-    } else {
-      figure_table(md, scenario, configs, "");
-      shares_table(md, scenario, configs);
-    }
-    std::vector<std::string> ratios;
-    for (auto it = scenario.begin(); it != scenario.end(); ++it) {
-      if (it.value().is_number() && it.key() != "elapsed_s")
-        ratios.push_back(it.key() + " = " + cell(it.value()));
-    }
-    if (!ratios.empty()) {
-      md << "\n";
-      for (size_t i = 0; i < ratios.size(); ++i) md << (i ? ", " : "") << ratios[i];
-      md << "\n";
-    }
-    std::ostringstream scenario_notes;
-    notes(scenario_notes, scenario, configs);
-    if (!scenario_notes.str().empty()) md << "\nNotes:\n\n" << scenario_notes.str();
+    scenario_markdown(md, name, scenario);
   }
-
-  if (all.contains("changes")) quanta::bench::comparison_markdown(md, all["changes"]);
-
-  if (!analysis.empty()) {
-    std::ifstream in(analysis);
+  if (run.all.contains("changes")) quanta::bench::comparison_markdown(md, run.all["changes"]);
+  if (!o.analysis.empty()) {
+    std::ifstream in(o.analysis);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (!text.empty()) md << "\n" << text;
   }
-  std::ofstream(markdown_out) << md.str();
+  return md.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "quanta-bench-report: latest.json and RESULTS.md from one run's per-scenario JSON files"};
+  Options o;
+  auto* inputs_option =
+      app.add_option("--inputs", o.inputs, "directory holding <scenario>.json files");
+  app.add_option("--from", o.from, "an assembled latest.json to render again (instead of --inputs)")
+      ->excludes(inputs_option);
+  app.add_option("--json", o.json_out,
+                 "where to write the assembled JSON (required with --inputs)");
+  app.add_option("--markdown", o.markdown_out, "where to write RESULTS.md")->required();
+  app.add_option("--command", o.command, "the command that produced the run");
+  app.add_option("--conditions", o.conditions, "one line on what else ran during the measurement");
+  app.add_option("--analysis", o.analysis, "a Markdown file appended as the analysis of misses");
+  app.add_option(
+      "--previous", o.previous_file,
+      "the previous run's latest.json to compare against (a missing file means no previous run)");
+  app.add_option("--scenarios", o.scenario_list,
+                 "the scenarios this run asked for, space-separated (default: every "
+                 "<scenario>.json in --inputs)");
+  app.add_option("--noise-pct", o.noise_pct,
+                 "a target moving away from its limit by more than this % is called worse")
+      ->check(CLI::Range(0.0, 1000.0));
+  app.add_flag("--print-changes", o.print_changes,
+               "print each figure's change against --previous on stdout");
+  CLI11_PARSE(app, argc, argv);
+  if (o.inputs.empty() == o.from.empty() || (!o.inputs.empty() && o.json_out.empty())) {
+    std::cerr << "quanta-bench-report: give --inputs DIR with --json FILE, or --from latest.json\n";
+    return 2;
+  }
+
+  Run run;
+  run.command = o.command;
+  run.conditions = o.conditions;
+  if (!o.from.empty()) {
+    try {
+      read_assembled(o.from, run);
+    } catch (const std::exception& error) {
+      std::cerr << "quanta-bench-report: " << error.what() << "\n";
+      return 1;
+    }
+  }
+  read_asked(o.scenario_list, run);
+  if (o.from.empty()) {
+    assemble(o.inputs, run);
+  } else {
+    order_assembled_extras(run);
+  }
+  if (!o.previous_file.empty())
+    run.all["changes"] = changes_since(o.previous_file, run, o.noise_pct);
+  if (o.print_changes && run.all.contains("changes"))
+    quanta::bench::print_comparison(std::cout, run.all["changes"]);
+  if (!o.json_out.empty()) std::ofstream(o.json_out) << run.all.dump(2) << "\n";
+  std::ofstream(o.markdown_out) << results_markdown(run, o);
   return 0;
 }

@@ -15,9 +15,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/policy.h"
 #include "common/version.h"
@@ -74,7 +77,8 @@ json request(const std::string& socket_path, const json& req) {
   hosted::AdminReply reply = hosted::admin_request(
       socket_path, req, static_cast<uint64_t>(kAnswerSeconds) * kNs, hosted::kStatusAnswerBytes);
   if (reply.outcome != hosted::AdminOutcome::kUnreachable) return std::move(reply.response);
-  if (reply.connect_error != 0) throw std::runtime_error(unreachable(socket_path, reply.connect_error));
+  if (reply.connect_error != 0)
+    throw std::runtime_error(unreachable(socket_path, reply.connect_error));
   if (reply.timed_out)
     throw std::runtime_error("quanta-arbiter at " + socket_path + " did not answer within " +
                              std::to_string(kAnswerSeconds) +
@@ -294,6 +298,210 @@ void print_table(const json& status) {
   }
 }
 
+void print_json(const json& response) {
+  std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
+}
+
+// A subcommand: the options CLI11 parses into it (held by `run`), and what it asks of the
+// arbiter at `socket` and prints. `run` returns the exit status.
+struct Command {
+  CLI::App* cli = nullptr;
+  std::function<int(const std::string& socket)> run;
+};
+
+Command add_status(CLI::App& app) {
+  auto* cli = app.add_subcommand(
+      "status", "per GPU: holder and each tenant's pod, shares, wait, memory, state");
+  auto as_json = std::make_shared<bool>(false);
+  cli->add_flag("--json", *as_json, "print the status JSON (schema: docs/quantactl-status.md)");
+  return {cli, [as_json](const std::string& socket) {
+            const json response = request(socket, {{"cmd", "status"}});
+            if (refused(response)) return 1;
+            *as_json ? print_json(response) : print_table(response);
+            return 0;
+          }};
+}
+
+Command add_set(CLI::App& app) {
+  auto* cli = app.add_subcommand(
+      "set",
+      "change a running or registered pod's policy live (applies at the next decision; "
+      "lasts as long as the pod)");
+  struct Options {
+    std::string pod;
+    std::vector<std::string> pairs;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("POD", o->pod, kPodHelp)->required();
+  cli->add_option("VALUES", o->pairs,
+                  "weight=1..1000 priority=interactive|batch|best-effort min-share=SHARE "
+                  "max-share=SHARE memory-limit=BYTES quantum=DURATION (SHARE: 0.3 or 30%; "
+                  "BYTES: 512Mi, 10Gi; DURATION: 500us, 20ms)")
+      ->required();
+  return {cli, [o](const std::string& socket) {
+            json values = json::object();
+            for (const std::string& p : o->pairs) {
+              auto eq = p.find('=');
+              if (eq == std::string::npos || eq == 0) {
+                throw std::runtime_error("\"" + hosted::printable(p) +
+                                         "\" is not key=value (keys: weight, priority, min-share, "
+                                         "max-share, memory-limit, quantum)");
+              }
+              values[p.substr(0, eq)] = p.substr(eq + 1);
+            }
+            const json response =
+                request(socket, {{"cmd", "set"}, {"pod", o->pod}, {"values", values}});
+            if (refused(response)) return 1;
+            std::printf("pod %s updated%s%s\n", hosted::printable(o->pod).c_str(),
+                        response.contains("note") ? ": " : "",
+                        hosted::printable(response.value("note", "")).c_str());
+            return 0;
+          }};
+}
+
+Command add_unset(CLI::App& app) {
+  auto* cli = app.add_subcommand(
+      "unset",
+      "remove a pod's live override (some keys, or all of it): its annotations or the "
+      "node's tables apply again");
+  struct Options {
+    std::string pod;
+    std::vector<std::string> keys;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("POD", o->pod, kPodHelp)->required();
+  cli->add_option("KEYS", o->keys,
+                  "weight, priority, min-share, max-share, memory-limit, "
+                  "quantum (default: every key it overrides)");
+  return {cli, [o](const std::string& socket) {
+            const json response =
+                request(socket, {{"cmd", "unset"}, {"pod", o->pod}, {"keys", o->keys}});
+            if (refused(response)) return 1;
+            std::printf("pod %s: live override removed (%s)\n", hosted::printable(o->pod).c_str(),
+                        o->keys.empty() ? "all of it" : "the keys named");
+            return 0;
+          }};
+}
+
+Command add_policy(CLI::App& app) {
+  auto* cli =
+      app.add_subcommand("policy",
+                         "a pod's effective policy and where each value comes from (default, node "
+                         "table, annotation, override); without POD, every live override");
+  struct Options {
+    std::string pod;
+    bool as_json = false;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("POD", o->pod, kPodHelp);
+  cli->add_flag("--json", o->as_json, "print the arbiter's policy JSON");
+  return {cli, [o](const std::string& socket) {
+            json req{{"cmd", "policy"}};
+            if (!o->pod.empty()) req["pod"] = o->pod;
+            const json response = request(socket, req);
+            if (refused(response)) return 1;
+            o->as_json ? print_json(response) : print_policy(response);
+            return 0;
+          }};
+}
+
+constexpr const char* kGpuHelp = "the GPU's index or UUID (GPU-… or MIG-…)";
+
+Command add_drain(CLI::App& app) {
+  auto* cli = app.add_subcommand(
+      "drain", "stop new grants on a GPU or MIG instance and wait until no tenant holds it");
+  struct Options {
+    std::string gpu;
+    std::string timeout = "60s";
+    bool no_wait = false;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("GPU", o->gpu, kGpuHelp)->required();
+  cli->add_option("--timeout", o->timeout,
+                  "how long to wait for the holder to release (default 60s)")
+      ->check(duration_between(0, 24 * 3600 * kNs, "0s to 24h"));
+  cli->add_flag("--no-wait", o->no_wait, "return once the drain is set");
+  return {cli, [o](const std::string& socket) {
+            const json response = request(socket, {{"cmd", "drain"}, {"gpu", o->gpu}});
+            if (refused(response)) return 1;
+            if (o->no_wait) {
+              std::printf("GPU %u %s draining (%s)\n", response.value("gpu", 0u),
+                          response.value("uuid", "?").c_str(),
+                          response.value("idle", false) ? "idle" : "a holder is releasing");
+              return 0;
+            }
+            return wait_until_idle(socket, response, seconds_of(o->timeout));
+          }};
+}
+
+Command add_undrain(CLI::App& app) {
+  auto* cli = app.add_subcommand("undrain", "let a drained GPU be granted again");
+  auto gpu = std::make_shared<std::string>();
+  cli->add_option("GPU", *gpu, kGpuHelp)->required();
+  return {cli, [gpu](const std::string& socket) {
+            const json response = request(socket, {{"cmd", "undrain"}, {"gpu", *gpu}});
+            if (refused(response)) return 1;
+            std::printf("GPU %u %s undrained: grants resume\n", response.value("gpu", 0u),
+                        response.value("uuid", "?").c_str());
+            return 0;
+          }};
+}
+
+Command add_top(CLI::App& app) {
+  auto* cli = app.add_subcommand("top",
+                                 "refreshing view per GPU: each pod's share, target, utilisation, "
+                                 "waits and who delayed it, and capacity left");
+  struct Options {
+    std::string interval = "1s";
+    bool once = false;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("--interval", o->interval, "refresh period, 100ms to 60s (default 1s)")
+      ->check(duration_between(kNs / 10, 60 * kNs, "100ms to 60s"));
+  cli->add_flag("--once", o->once, "print one frame and exit (no screen control)");
+  cli->footer(
+      "When standard output is not a terminal, frames are printed one after another "
+      "without screen control, separated by a blank line.");
+  return {cli, [o](const std::string& socket) {
+            auto fetch = [&socket] {
+              json r = request(socket, {{"cmd", "top"}});
+              if (!r.value("ok", false))
+                throw std::runtime_error(r.value("error", std::string("top failed")));
+              return r;
+            };
+            return quanta::ctl::run_top(
+                fetch, static_cast<uint64_t>(seconds_of(o->interval) * 1000 + 0.5), o->once);
+          }};
+}
+
+Command add_explain(CLI::App& app) {
+  auto* cli = app.add_subcommand("explain",
+                                 "a pod's last minute in words and figures: its share against "
+                                 "its target, who delayed it, by how much");
+  struct Options {
+    std::string pod;
+    std::string last = "60s";
+    bool as_json = false;
+  };
+  auto o = std::make_shared<Options>();
+  cli->add_option("POD", o->pod, kPodHelp)->required();
+  cli->add_option("--last", o->last, "how far back to look, 1s to 60s (default 60s)")
+      ->check(duration_between(kNs, 60 * kNs, "1s to 60s"));
+  cli->add_flag("--json", o->as_json,
+                "print the arbiter's explain JSON (docs/quantactl-status.md)");
+  return {cli, [o](const std::string& socket) {
+            const json response = request(
+                socket, {{"cmd", "explain"}, {"pod", o->pod}, {"seconds", seconds_of(o->last)}});
+            if (refused(response)) return 1;
+            if (o->as_json) {
+              print_json(response);
+            } else {
+              std::fputs(quanta::ctl::render_explain(response).c_str(), stdout);
+            }
+            return 0;
+          }};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -304,172 +512,17 @@ int main(int argc, char** argv) {
   app.add_option("--admin-socket", socket_path,
                  "the arbiter's admin socket (env QUANTA_ADMIN_SOCKET)");
   app.require_subcommand(1);
-
-  auto* status = app.add_subcommand(
-      "status", "per GPU: holder and each tenant's pod, shares, wait, memory, state");
-  bool as_json = false;
-  status->add_flag("--json", as_json, "print the status JSON (schema: docs/quantactl-status.md)");
-
-  auto* set = app.add_subcommand(
-      "set",
-      "change a running or registered pod's policy live (applies at the next decision; "
-      "lasts as long as the pod)");
-  std::string pod;
-  std::vector<std::string> pairs;
-  set->add_option("POD", pod, kPodHelp)->required();
-  set->add_option("VALUES", pairs,
-                  "weight=1..1000 priority=interactive|batch|best-effort min-share=SHARE "
-                  "max-share=SHARE memory-limit=BYTES quantum=DURATION (SHARE: 0.3 or 30%; "
-                  "BYTES: 512Mi, 10Gi; DURATION: 500us, 20ms)")
-      ->required();
-  auto* unset = app.add_subcommand(
-      "unset",
-      "remove a pod's live override (some keys, or all of it): its annotations or the "
-      "node's tables apply again");
-  std::vector<std::string> unset_keys;
-  unset->add_option("POD", pod, kPodHelp)->required();
-  unset->add_option("KEYS", unset_keys,
-                    "weight, priority, min-share, max-share, memory-limit, "
-                    "quantum (default: every key it overrides)");
-  auto* policy =
-      app.add_subcommand("policy",
-                         "a pod's effective policy and where each value comes from (default, node "
-                         "table, annotation, override); without POD, every live override");
-  bool policy_json_out = false;
-  policy->add_option("POD", pod, kPodHelp);
-  policy->add_flag("--json", policy_json_out, "print the arbiter's policy JSON");
-
-  auto* drain = app.add_subcommand(
-      "drain", "stop new grants on a GPU or MIG instance and wait until no tenant holds it");
-  std::string gpu_name;
-  std::string timeout = "60s";
-  bool no_wait = false;
-  drain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
-  drain
-      ->add_option("--timeout", timeout, "how long to wait for the holder to release (default 60s)")
-      ->check(duration_between(0, 24 * 3600 * kNs, "0s to 24h"));
-  drain->add_flag("--no-wait", no_wait, "return once the drain is set");
-  auto* undrain = app.add_subcommand("undrain", "let a drained GPU be granted again");
-  undrain->add_option("GPU", gpu_name, "the GPU's index or UUID (GPU-… or MIG-…)")->required();
-  auto* top = app.add_subcommand("top",
-                                 "refreshing view per GPU: each pod's share, target, utilisation, "
-                                 "waits and who delayed it, and capacity left");
-  std::string interval = "1s";
-  bool once = false;
-  top->add_option("--interval", interval, "refresh period, 100ms to 60s (default 1s)")
-      ->check(duration_between(kNs / 10, 60 * kNs, "100ms to 60s"));
-  top->add_flag("--once", once, "print one frame and exit (no screen control)");
-  top->footer(
-      "When standard output is not a terminal, frames are printed one after another "
-      "without screen control, separated by a blank line.");
-
-  auto* explain = app.add_subcommand("explain",
-                                     "a pod's last minute in words and figures: its share against "
-                                     "its target, who delayed it, by how much");
-  std::string explain_pod;
-  std::string explain_last = "60s";
-  bool explain_json = false;
-  explain->add_option("POD", explain_pod, kPodHelp)->required();
-  explain->add_option("--last", explain_last, "how far back to look, 1s to 60s (default 60s)")
-      ->check(duration_between(kNs, 60 * kNs, "1s to 60s"));
-  explain->add_flag("--json", explain_json,
-                    "print the arbiter's explain JSON (docs/quantactl-status.md)");
-
+  // In the order `quantactl --help` lists them.
+  const Command commands[] = {add_status(app), add_set(app),     add_unset(app), add_policy(app),
+                              add_drain(app),  add_undrain(app), add_top(app),   add_explain(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // a usage error exits 2, as other tools' do
   }
   try {
-    json response;
-    if (top->parsed()) {
-      auto fetch = [&] {
-        json r = request(socket_path, {{"cmd", "top"}});
-        if (!r.value("ok", false))
-          throw std::runtime_error(r.value("error", std::string("top failed")));
-        return r;
-      };
-      return quanta::ctl::run_top(fetch, static_cast<uint64_t>(seconds_of(interval) * 1000 + 0.5),
-                                  once);
-    }
-    if (explain->parsed()) {
-      response = request(
-          socket_path,
-          {{"cmd", "explain"}, {"pod", explain_pod}, {"seconds", seconds_of(explain_last)}});
-      if (refused(response)) return 1;
-      if (explain_json) {
-        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-      } else {
-        std::fputs(quanta::ctl::render_explain(response).c_str(), stdout);
-      }
-      return 0;
-    }
-    if (policy->parsed()) {
-      json req{{"cmd", "policy"}};
-      if (!pod.empty()) req["pod"] = pod;
-      response = request(socket_path, req);
-      if (refused(response)) return 1;
-      if (policy_json_out) {
-        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-      } else {
-        print_policy(response);
-      }
-      return 0;
-    }
-    if (unset->parsed()) {
-      response = request(socket_path, {{"cmd", "unset"}, {"pod", pod}, {"keys", unset_keys}});
-      if (refused(response)) return 1;
-      std::printf("pod %s: live override removed (%s)\n", hosted::printable(pod).c_str(),
-                  unset_keys.empty() ? "all of it" : "the keys named");
-      return 0;
-    }
-    if (status->parsed()) {
-      response = request(socket_path, {{"cmd", "status"}});
-    } else if (drain->parsed() || undrain->parsed()) {
-      const double timeout_s = seconds_of(timeout);
-      response =
-          request(socket_path, {{"cmd", drain->parsed() ? "drain" : "undrain"}, {"gpu", gpu_name}});
-      if (!response.value("ok", false)) {
-        std::fprintf(stderr, "quantactl: %s\n",
-                     response.value("error", std::string("request failed")).c_str());
-        return 1;
-      }
-      if (undrain->parsed()) {
-        std::printf("GPU %u %s undrained: grants resume\n", response.value("gpu", 0u),
-                    response.value("uuid", "?").c_str());
-        return 0;
-      }
-      if (no_wait) {
-        std::printf("GPU %u %s draining (%s)\n", response.value("gpu", 0u),
-                    response.value("uuid", "?").c_str(),
-                    response.value("idle", false) ? "idle" : "a holder is releasing");
-        return 0;
-      }
-      return wait_until_idle(socket_path, response, timeout_s);
-    } else {
-      json values = json::object();
-      for (const std::string& p : pairs) {
-        auto eq = p.find('=');
-        if (eq == std::string::npos || eq == 0) {
-          throw std::runtime_error("\"" + hosted::printable(p) +
-                                   "\" is not key=value (keys: weight, priority, min-share, "
-                                   "max-share, memory-limit, quantum)");
-        }
-        values[p.substr(0, eq)] = p.substr(eq + 1);
-      }
-      response = request(socket_path, {{"cmd", "set"}, {"pod", pod}, {"values", values}});
-    }
-    if (refused(response)) return 1;
-    if (status->parsed()) {
-      if (as_json) {
-        std::printf("%s\n", response.dump(2, ' ', false, json::error_handler_t::replace).c_str());
-      } else {
-        print_table(response);
-      }
-    } else {
-      std::printf("pod %s updated%s%s\n", hosted::printable(pod).c_str(),
-                  response.contains("note") ? ": " : "",
-                  hosted::printable(response.value("note", "")).c_str());
+    for (const Command& command : commands) {
+      if (command.cli->parsed()) return command.run(socket_path);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "quantactl: %s\n", hosted::printable(e.what()).c_str());
