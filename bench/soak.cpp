@@ -174,6 +174,526 @@ std::optional<double> median_between(const std::vector<ArbiterSample>& samples, 
   return percentile(values, 50);
 }
 
+// The pods of a soak: b0..b3 batch (weights 1, 2, 4, 8), c0..c1 capped churn pods, k0..k1
+// keepers capped at 1 GiB; 20 ms quanta; the tenants' context overhead.
+ArbiterSettings soak_settings() {
+  ArbiterSettings settings;
+  settings.quantum = "20ms";
+  settings.context_overhead =
+      std::to_string(kContext / kMi) + "Mi";  // registered pods take the arbiter's
+  static const int kWeights[] = {1, 2, 4, 8};
+  const std::string churn_cap = std::to_string(kChurnCap / kMi) + "Mi";
+  for (int i = 0; i < kBatchPods; ++i)
+    settings.pods.push_back({"b" + std::to_string(i), kWeights[i % 4], "", "", "", ""});
+  for (int i = 0; i < kChurnPods; ++i)
+    settings.pods.push_back({"c" + std::to_string(i), 1, "", "", churn_cap, ""});
+  for (int i = 0; i < kKeeperPods; ++i)
+    settings.pods.push_back({"k" + std::to_string(i), 1, "", "", "1Gi", ""});
+  return settings;
+}
+
+// The 64 slots: batch tenants over b0..b3, churners over c0..c1 (the first of each pod's
+// slots over-reaches its cap), keepers over k0..k1.
+std::vector<Slot> soak_slots() {
+  std::vector<Slot> slots(kTenants);
+  for (int i = 0; i < kTenants; ++i) {
+    if (i < kBatchSlots) {
+      slots[i].pod = "b" + std::to_string(i % kBatchPods);
+    } else if (i < kBatchSlots + kChurnSlots) {
+      const int churn = i - kBatchSlots;
+      slots[i].pod = "c" + std::to_string(churn % kChurnPods);
+      slots[i].kind = churn < kChurnPods ? Slot::overreach : Slot::churn;
+    } else {
+      slots[i].pod = "k" + std::to_string((i - kBatchSlots - kChurnSlots) % kKeeperPods);
+      slots[i].kind = Slot::keeper;
+    }
+  }
+  return slots;
+}
+
+// What happened over the run, for the report.
+struct SoakCounts {
+  long tenants_started = 0, kills = 0, restarts = 0, policy_changes = 0, clean_exits = 0,
+       oom_denials = 0, overreach_exits = 0, overreach_denials = 0;
+};
+
+// One soak run against a started arbiter: every step of the loop (tenants started and
+// reaped, a tenant killed, the arbiter restarted, a weight changed, the arbiter sampled and
+// the ledgers checked, the simgpu log followed), then the end's checks and the report.
+class Soak {
+ public:
+  Soak(const Bench& bench, Run& run, ArbiterSettings settings, double run_s, uint64_t seed)
+      : bench_(bench),
+        run_(run),
+        settings_(std::move(settings)),
+        run_s_(run_s),
+        rng_(seed),
+        slots_(soak_slots()),
+        begin_(std::chrono::steady_clock::now()),
+        log_(simgpu_log(run)),
+        warm_from_ns_(monotonic_now_ns() + static_cast<uint64_t>(kWarmupS * 1e9)),
+        next_kill_(uniform(1, 3)),
+        next_restart_(uniform(15, 30)),
+        window_s_(std::max(10.0, run_s / 12)),
+        next_window_(window_s_) {}
+
+  // Until the run's time is up, or 200 violations.
+  void loop() {
+    while (seconds_since(begin_) < run_s_) {
+      const double t = seconds_since(begin_);
+      start_and_reap(t);
+      if (t >= next_kill_) kill_a_tenant(t);
+      if (t >= next_restart_ && t < run_s_ - 15) restart_arbiter(t);
+      if (t >= next_policy_) change_a_weight(t);
+      if (t >= next_sample_) sample_arbiter(t);
+      log_.poll(warm_from_ns_, &violations_);
+      if (t >= next_window_) {
+        windows_.push_back(log_.close_window(t));
+        next_window_ = t + window_s_;
+      }
+      if (!violations_.empty() && violations_.size() >= 200) break;
+      std::this_thread::sleep_for(Ms(100));
+    }
+  }
+
+  // The run's last window closes before the teardown, whose kills of every tenant at once
+  // leave gaps at switches that say nothing about handoffs (reported, not judged). Keepers
+  // still hold their memory at the end; then everything stops and nothing may be left.
+  void finish() {
+    log_.poll(warm_from_ns_, &violations_);
+    windows_.push_back(log_.close_window(seconds_since(begin_)));
+    for (auto& slot : slots_) {
+      if (slot.running && slot.process.running()) {
+        slot.killed = true;
+        kill(slot.process.pid(), SIGKILL);
+      }
+    }
+    for (auto& slot : slots_) reap(slot);
+    std::this_thread::sleep_for(Ms(1500));
+    check_nothing_left();
+    if (counts_.overreach_exits > 0 && counts_.overreach_denials == 0)
+      violation("no allocation was ever denied at a churn pod's cap: the cap was not exercised");
+    log_.poll(warm_from_ns_, &violations_);
+    Json teardown = log_.close_window(seconds_since(begin_));
+    teardown["teardown"] = true;
+    windows_.push_back(teardown);
+  }
+
+  // Handoff p99 drift: the run's last window against its first.
+  Json handoff_drift(bool* ok) const {
+    std::vector<double> p99s;
+    for (const auto& w : windows_)
+      if (w.contains("p99_us") && !w.contains("teardown"))
+        p99s.push_back(w["p99_us"].get<double>());
+    Json handoff = {{"windows", windows_}, {"window_s", window_s_}};
+    *ok = true;
+    if (p99s.size() >= 2) {
+      const double first = p99s.front(), last = p99s[p99s.size() - 1];
+      handoff["first_p99_us"] = first;
+      handoff["last_p99_us"] = last;
+      handoff["drift_us"] = std::round((last - first) * 10) / 10;
+      handoff["bound"] = "last window's p99 at most 3x the first's plus 2 ms";
+      *ok = last <= 3 * first + 2000;
+    } else {
+      handoff["note"] = "fewer than two windows with handoffs";
+    }
+    handoff["ok"] = *ok;
+    return handoff;
+  }
+
+  // RSS and descriptors: the median of the run's last third against its first third,
+  // leaving out each arbiter's first 5 s.
+  Json arbiter_growth(bool* flat) const {
+    std::vector<ArbiterSample> steady;
+    for (const ArbiterSample& s : samples_) {
+      double since = 0;
+      for (double start : incarnation_starts_)
+        if (start <= s.t_s) since = start;
+      if (s.t_s - since >= 5 && s.rss_kib > 0) steady.push_back(s);
+    }
+    Json arbiter = {{"restarts", counts_.restarts}};
+    Json series = Json::array();
+    for (const ArbiterSample& s : samples_)
+      series.push_back({{"t_s", s.t_s},
+                        {"pid", s.pid},
+                        {"rss_kib", s.rss_kib},
+                        {"fds", s.fds},
+                        {"tenants", s.tenants}});
+    arbiter["samples"] = series;
+    *flat = true;
+    auto rss = [](const ArbiterSample& s) { return double(s.rss_kib); };
+    auto fds = [](const ArbiterSample& s) { return double(s.fds); };
+    const auto rss_first = median_between(steady, 0, run_s_ / 3, rss);
+    const auto rss_last = median_between(steady, run_s_ * 2 / 3, run_s_ + 1, rss);
+    const auto fds_first = median_between(steady, 0, run_s_ / 3, fds);
+    const auto fds_last = median_between(steady, run_s_ * 2 / 3, run_s_ + 1, fds);
+    if (rss_first && rss_last && fds_first && fds_last) {
+      arbiter["rss_first_third_kib"] = *rss_first;
+      arbiter["rss_last_third_kib"] = *rss_last;
+      arbiter["fds_first_third"] = *fds_first;
+      arbiter["fds_last_third"] = *fds_last;
+      arbiter["bound"] =
+          "last third's median RSS within max(8 MiB, 50%) and descriptors within 32 of the "
+          "first third's";
+      *flat = *rss_last <= *rss_first + std::max(8192.0, *rss_first * 0.5) &&
+              *fds_last <= *fds_first + 32;
+    } else {
+      arbiter["note"] = "too few steady samples to judge";
+    }
+    arbiter["flat"] = *flat;
+    return arbiter;
+  }
+
+  const SoakCounts& counts() const { return counts_; }
+  const Json& restarts() const { return restart_events_; }
+  const std::vector<std::string>& violations() const { return violations_; }
+  const LogFollower& log() const { return log_; }
+
+ private:
+  // The run's simgpu log, from the environment it gives its children.
+  static std::string simgpu_log(Run& run) {
+    std::string path;
+    for (const std::string& entry : run.environment("", false).materialize()) {
+      if (entry.rfind("SIMGPU_LOG=", 0) == 0) path = entry.substr(11);
+    }
+    return path;
+  }
+
+  double uniform(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng_); }
+  size_t pick(size_t n) {
+    return static_cast<size_t>(std::uniform_int_distribution<size_t>(0, n - 1)(rng_));
+  }
+
+  void violation(const std::string& what) {
+    if (violations_.size() < 200) violations_.push_back(what);
+    spdlog::warn("soak: violation: {}", what);
+  }
+
+  // The tenant command line of a slot's kind, and what its process holds at most beyond
+  // its context.
+  std::vector<std::string> tenant_argv(const Slot& slot, uint64_t* holds) {
+    std::vector<std::string> argv{bench_.paths().tenant, "--json"};
+    *holds = 0;
+    if (slot.kind == Slot::batch) {
+      argv.insert(argv.end(),
+                  {"batch", "--seconds", std::to_string(static_cast<int>(uniform(4, 15))),
+                   "--kernel-ms", std::to_string(static_cast<int>(uniform(1, 4))), "--depth", "2"});
+    } else if (slot.kind == Slot::churn) {
+      const int mi = static_cast<int>(uniform(16, kChurnMaxMi));
+      *holds = static_cast<uint64_t>(mi) * kMi;
+      argv.insert(argv.end(), {"alloc", "--bytes", std::to_string(mi) + "Mi", "--count",
+                               std::to_string(static_cast<int>(uniform(200, 1500))), "--free",
+                               "--hold-ms", "2"});
+    } else if (slot.kind == Slot::overreach) {
+      argv.insert(argv.end(), {"alloc", "--bytes", std::to_string(kChurnCap / kMi) + "Mi",
+                               "--count", std::to_string(static_cast<int>(uniform(20, 100))),
+                               "--free", "--hold-ms", "20"});
+    } else {
+      *holds = kKeeperHolds;
+      argv.insert(argv.end(), {"alloc", "--bytes", "32Mi", "--count", "2", "--hold-ms",
+                               std::to_string(static_cast<long>((run_s_ + 120) * 1000))});
+    }
+    return argv;
+  }
+
+  void spawn(Slot& slot, int index) {
+    uint64_t holds = 0;
+    const std::vector<std::string> argv = tenant_argv(slot, &holds);
+    Environment env = run_.environment(slot.pod, true);
+    // The arbiter hands its context overhead to the tenants it admits; this covers a
+    // process that starts while it is down, until it joins.
+    env.set("QUANTA_CONTEXT_OVERHEAD", std::to_string(kContext / kMi) + "Mi");
+    const std::string base =
+        run_.dir() + "/t" + std::to_string(index) + "-" + std::to_string(slot.started);
+    try {
+      slot.process = run_.spawn_tenant(argv, slot.pod, env, base + ".out", base + ".err");
+      most_held_[slot.process.pid()] = kContext + holds;
+      slot.running = true;
+      slot.killed = false;
+      slot.started_s = seconds_since(begin_);
+      slot.unlisted = 0;
+      ++slot.started;
+      ++counts_.tenants_started;
+    } catch (const std::exception& error) {
+      violation(std::string("could not start a tenant: ") + error.what());
+    }
+  }
+
+  // A tenant that ended by itself must have ended cleanly.
+  void reap(Slot& slot) {
+    if (!slot.running || slot.process.running()) return;
+    slot.running = false;
+    const ExitStatus status = slot.process.wait(Ms(0));
+    if (const std::string refusal = shim_refusal(read_file(slot.process.stderr_path()));
+        !refusal.empty())
+      violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
+                " was not placed by the arbiter: " + refusal);
+    if (slot.killed) return;
+    const Json report = Json::parse(read_file(slot.process.stdout_path()), nullptr, false);
+    const bool ok = status.exited && status.code == 0 && report.is_object() &&
+                    report.value("ok", false) && report.value("error_count", 0) == 0;
+    if (!ok) {
+      violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
+                " ended with " + status.describe() + ": " +
+                last_line(read_file(slot.process.stderr_path())));
+      return;
+    }
+    ++counts_.clean_exits;
+    counts_.oom_denials += report.value("oom", 0l);
+    if (slot.kind == Slot::overreach) {
+      // Its runs end in milliseconds (denials hold nothing): pace them.
+      slot.next_start_s = seconds_since(begin_) + uniform(1, 3);
+      ++counts_.overreach_exits;
+      counts_.overreach_denials += report.value("oom", 0l);
+    }
+  }
+
+  // Reaps every slot and starts up to four that are free. A process that starts while the
+  // arbiter is down runs uncapped until it joins (the node's enforce mode decides that,
+  // docs/reliability.md): no slot asks for the whole cap just before a restart, so a late
+  // join never brings an allocation past it.
+  void start_and_reap(double t) {
+    int spawned_now = 0;
+    const bool restart_near = next_restart_ - t < 2 && t < run_s_ - 15;
+    for (int i = 0; i < kTenants; ++i) {
+      reap(slots_[i]);
+      if (!slots_[i].running && spawned_now < 4 && t >= slots_[i].next_start_s &&
+          !(restart_near && slots_[i].kind == Slot::overreach)) {
+        spawn(slots_[i], i);
+        ++spawned_now;
+      }
+    }
+  }
+
+  // A random tenant that is not a keeper, SIGKILLed wherever it is.
+  void kill_a_tenant(double t) {
+    const size_t i = pick(kBatchSlots + kChurnSlots);
+    if (slots_[i].running && slots_[i].process.running()) {
+      slots_[i].killed = true;
+      kill(slots_[i].process.pid(), SIGKILL);
+      ++counts_.kills;
+    }
+    next_kill_ = t + uniform(0.5, 2.5);
+  }
+
+  void restart_arbiter(double t) {
+    const double down_ms = uniform(20, 500);
+    restart_events_.push_back({{"t_s", std::round(t * 10) / 10},
+                               {"event", "arbiter SIGKILL"},
+                               {"down_ms", std::round(down_ms)}});
+    kill(run_.arbiter_pid(), SIGKILL);
+    std::this_thread::sleep_for(Ms(static_cast<int>(down_ms)));
+    if (std::string why = run_.start_arbiter(settings_); !why.empty())
+      violation("the arbiter did not restart: " + why);
+    ++counts_.restarts;
+    arbiter_started_s_ = seconds_since(begin_);
+    incarnation_starts_.push_back(arbiter_started_s_);
+    next_restart_ = t + uniform(25, 50);
+  }
+
+  // `quantactl set` of a random batch pod's weight, as an operator would.
+  void change_a_weight(double t) {
+    const std::string pod = "b" + std::to_string(pick(kBatchPods));
+    const std::string weight = std::to_string(1 + pick(8));
+    Process ctl = Process::spawn({bench_.paths().quantactl, "--admin-socket", run_.admin_socket(),
+                                  "set", Run::pod_key(pod), "weight=" + weight},
+                                 run_.environment("", false), run_.dir() + "/ctl.out",
+                                 run_.dir() + "/ctl.err");
+    const ExitStatus status = ctl.wait(Ms(5000));
+    if (status.exited && status.code == 0)
+      ++counts_.policy_changes;
+    else if (t - arbiter_started_s_ > 3)
+      violation("quantactl set " + pod + " weight=" + weight + " failed (" + status.describe() +
+                "): " + last_line(read_file(run_.dir() + "/ctl.err")));
+    next_policy_ = t + uniform(1, 4);
+  }
+
+  // Every two seconds: the arbiter's status, its ledgers checked against what the listed
+  // processes hold, and its RSS and descriptors.
+  void sample_arbiter(double t) {
+    next_sample_ = t + 2;
+    const pid_t pid = run_.arbiter_pid();
+    const Json status = admin_request(run_.admin_socket(), {{"cmd", "status"}});
+    if (status.is_null() || !status.value("ok", false)) {
+      if (t - arbiter_started_s_ > 3 && ++unreachable_ >= 3)
+        violation("the arbiter's admin socket did not answer for 6 s");
+      return;
+    }
+    unreachable_ = 0;
+    int tenants = 0;
+    std::map<std::string, uint64_t> pod_used;
+    std::map<std::string, uint64_t> pod_most;  // what the listed processes can hold
+    std::set<pid_t> listed;
+    for (const auto& gpu : status["gpus"]) {
+      for (const auto& tenant : gpu["tenants"]) {
+        ++tenants;
+        listed.insert(tenant.value("pid", 0));
+        const std::string pod = tenant.value("pod", "");
+        const uint64_t used = tenant.value("pod_memory_used", 0ull);
+        const uint64_t cap = tenant.value("memory_cap", 0ull);
+        pod_used[pod] = used;
+        auto most = most_held_.find(tenant.value("pid", 0));
+        pod_most[pod] += most != most_held_.end() ? most->second : 0;
+        if (cap != 0 && used > cap)
+          violation("pod " + pod + "'s ledger " + std::to_string(used) + " passed its cap " +
+                    std::to_string(cap));
+      }
+    }
+    check_listed(t, listed);
+    check_churn_ledgers(t, pod_used, pod_most);
+    check_keeper_ledgers(t, pod_used);
+    if (pid > 0)
+      samples_.push_back({std::round(t * 10) / 10, pid, rss_kib(pid), fd_count(pid), tenants});
+  }
+
+  // Every tenant that has run 3 s under an arbiter up for 3 s is listed in its pod: one
+  // missing from two samples in a row was not admitted and runs ungated.
+  void check_listed(double t, const std::set<pid_t>& listed) {
+    for (Slot& slot : slots_) {
+      if (!slot.running || !slot.process.running() || listed.count(slot.process.pid()) != 0 ||
+          t - slot.started_s < 3 || t - arbiter_started_s_ < 3) {
+        slot.unlisted = 0;
+        continue;
+      }
+      if (++slot.unlisted == 2)
+        violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
+                  " has run " + std::to_string(static_cast<int>(t - slot.started_s)) +
+                  " s but the arbiter does not list it: not admitted, so it runs ungated");
+    }
+  }
+
+  // A churn pod's ledger never holds more than its listed processes can (a context and one
+  // allocation each, killed ones included until the arbiter lets them go); more for three
+  // samples (6 s) is a byte counted twice or never given back.
+  void check_churn_ledgers(double t, const std::map<std::string, uint64_t>& pod_used,
+                           std::map<std::string, uint64_t>& pod_most) {
+    for (int c = 0; c < kChurnPods; ++c) {
+      const std::string pod = "c" + std::to_string(c);
+      auto it = pod_used.find(Run::pod_key(pod));
+      const bool over = it != pod_used.end() && it->second > pod_most[Run::pod_key(pod)] &&
+                        t - arbiter_started_s_ > 3 && t > kWarmupS;
+      churn_excess_[pod] = over ? churn_excess_[pod] + 1 : 0;
+      if (churn_excess_[pod] == 3)
+        violation("pod " + pod + "'s ledger is " + std::to_string(it->second) +
+                  " while its processes can hold at most " +
+                  std::to_string(pod_most[Run::pod_key(pod)]));
+    }
+  }
+
+  // The keepers hold exactly kKept per pod for the whole run; a ledger that stays off for
+  // three samples (6 s) lost or double-counted bytes.
+  void check_keeper_ledgers(double t, const std::map<std::string, uint64_t>& pod_used) {
+    for (int k = 0; k < kKeeperPods; ++k) {
+      const std::string pod = "k" + std::to_string(k);
+      auto it = pod_used.find(Run::pod_key(pod));
+      const bool off =
+          it != pod_used.end() && it->second != kKept && t - arbiter_started_s_ > 3 && t > kWarmupS;
+      keeper_mismatch_[pod] = off ? keeper_mismatch_[pod] + 1 : 0;
+      if (keeper_mismatch_[pod] == 3)
+        violation("pod " + pod + "'s ledger is " + std::to_string(it->second) +
+                  " while its process holds " + std::to_string(kKept));
+    }
+  }
+
+  // With every process gone: no tenant listed, no byte left in a ledger.
+  void check_nothing_left() {
+    const Json after = admin_request(run_.admin_socket(), {{"cmd", "status"}});
+    if (!after.is_object()) {
+      violation("the arbiter's admin socket did not answer at the end");
+      return;
+    }
+    for (const auto& gpu : after["gpus"]) {
+      if (!gpu["tenants"].empty())
+        violation("tenants still listed after every process was gone: " + gpu["tenants"].dump());
+      if (gpu.value("memory_used", 0ull) != 0)
+        violation("the GPU's ledgers still hold " + gpu["memory_used"].dump() +
+                  " bytes after every process was gone");
+    }
+  }
+
+  const Bench& bench_;
+  Run& run_;
+  const ArbiterSettings settings_;
+  const double run_s_;
+  std::mt19937_64 rng_;
+  std::vector<Slot> slots_;
+  const std::chrono::steady_clock::time_point begin_;
+  LogFollower log_;
+  const uint64_t warm_from_ns_;
+  std::vector<std::string> violations_;
+  SoakCounts counts_;
+  // The most each process can hold, as the ledger counts it: its context and its largest
+  // allocation that fits the cap.
+  std::map<pid_t, uint64_t> most_held_;
+  Json restart_events_ = Json::array();
+  std::vector<ArbiterSample> samples_;
+  Json windows_ = Json::array();
+  double arbiter_started_s_ = 0;
+  std::vector<double> incarnation_starts_ = {0};
+  double next_kill_, next_restart_, next_policy_ = 2, next_sample_ = 1;
+  const double window_s_;
+  double next_window_;
+  int unreachable_ = 0;
+  std::map<std::string, int> keeper_mismatch_;  // consecutive samples a keeper's ledger was off
+  std::map<std::string, int> churn_excess_;     // ... a churn pod's ledger passed what it holds
+};
+
+// The soak's report: workload, events, violations, handoff drift and the arbiter's growth,
+// and one summary line on stderr.
+Json soak_report(Json out, const Soak& soak, double minutes, uint64_t seed) {
+  bool drift_ok = true, flat = true;
+  const Json handoff = soak.handoff_drift(&drift_ok);
+  const Json arbiter = soak.arbiter_growth(&flat);
+  const SoakCounts& n = soak.counts();
+  const std::vector<std::string>& violations = soak.violations();
+  out["minutes"] = minutes;
+  out["seed"] = seed;
+  out["workload"] = {
+      {"tenants", kTenants},
+      {"batch", kBatchSlots},
+      {"churn", kChurnSlots},
+      {"keepers", kKeepers},
+      {"pods", "b0..b3 batch (weights 1,2,4,8, changed live), c0..c1 churn (" +
+                   std::to_string(kChurnCap / kMi) + "Mi" +
+                   " caps; one slot each asks for the whole cap), k0..k1 keepers (two "
+                   "processes each, 64Mi + context held per process)"}};
+  out["events"] = {{"tenants_started", n.tenants_started},
+                   {"clean_exits", n.clean_exits},
+                   {"kills", n.kills},
+                   {"arbiter_restarts", n.restarts},
+                   {"policy_changes", n.policy_changes},
+                   {"oom_denials", n.oom_denials},
+                   {"cap_denials", n.overreach_denials},
+                   {"slices_logged", soak.log().slices()},
+                   {"restarts", soak.restarts()}};
+  out["violations"] = violations.size();
+  out["violation_list"] = violations;
+  out["longest_idle_ms"] = std::round(soak.log().longest_idle_ms() * 10) / 10;
+  out["idle_bound_ms"] = kIdleBoundMs;
+  out["handoff"] = handoff;
+  out["arbiter"] = arbiter;
+  const bool failed = !violations.empty() || !drift_ok || !flat;
+  out["failed"] = failed;
+
+  std::string summary =
+      "soak: " + std::to_string(minutes) + " min, seed " + std::to_string(seed) + ": " +
+      std::to_string(violations.size()) + " violations; " + std::to_string(n.tenants_started) +
+      " tenants started, " + std::to_string(n.kills) + " killed, " + std::to_string(n.restarts) +
+      " arbiter restarts, " + std::to_string(n.policy_changes) + " policy changes; longest idle " +
+      std::to_string(static_cast<int>(soak.log().longest_idle_ms())) + " ms";
+  if (handoff.contains("first_p99_us"))
+    summary += "; handoff p99 " + handoff["first_p99_us"].dump() + " -> " +
+               handoff["last_p99_us"].dump() + " us";
+  if (arbiter.contains("rss_first_third_kib"))
+    summary += "; arbiter RSS " + arbiter["rss_first_third_kib"].dump() + " -> " +
+               arbiter["rss_last_third_kib"].dump() + " KiB, fds " +
+               arbiter["fds_first_third"].dump() + " -> " + arbiter["fds_last_third"].dump();
+  summary += failed ? " — FAILED" : " — ok";
+  std::fprintf(stderr, "%s\n", summary.c_str());
+  for (const std::string& v : violations) std::fprintf(stderr, "  violation: %s\n", v.c_str());
+  return out;
+}
+
 }  // namespace
 
 Json run_soak(const Bench& bench) {
@@ -191,427 +711,25 @@ Json run_soak(const Bench& bench) {
     return out;
   }
   const double minutes = bench.minutes().value_or(bench.quick() ? 0.5 : 2.0);
-  const double run_s = minutes * 60.0;
   const char* given_seed = std::getenv("QUANTA_SOAK_SEED");
   const uint64_t seed =
       given_seed != nullptr
           ? std::strtoull(given_seed, nullptr, 10)
           : static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
-  std::mt19937_64 rng(seed);
-  auto uniform = [&](double a, double b) {
-    return std::uniform_real_distribution<double>(a, b)(rng);
-  };
-  auto pick = [&](size_t n) {
-    return static_cast<size_t>(std::uniform_int_distribution<size_t>(0, n - 1)(rng));
-  };
   spdlog::info("soak: {} tenants for {} min, seed {} (replay with QUANTA_SOAK_SEED={})", kTenants,
                minutes, seed, seed);
 
   Run run(bench, "soak", true, SimSettings{});
-  ArbiterSettings settings;
-  settings.quantum = "20ms";
-  settings.context_overhead =
-      std::to_string(kContext / kMi) + "Mi";  // registered pods take the arbiter's
-  static const int kWeights[] = {1, 2, 4, 8};
-  const std::string churn_cap = std::to_string(kChurnCap / kMi) + "Mi";
-  for (int i = 0; i < kBatchPods; ++i)
-    settings.pods.push_back({"b" + std::to_string(i), kWeights[i % 4], "", "", "", ""});
-  for (int i = 0; i < kChurnPods; ++i)
-    settings.pods.push_back({"c" + std::to_string(i), 1, "", "", churn_cap, ""});
-  for (int i = 0; i < kKeeperPods; ++i)
-    settings.pods.push_back({"k" + std::to_string(i), 1, "", "", "1Gi", ""});
+  const ArbiterSettings settings = soak_settings();
   if (std::string why = run.start_arbiter(settings); !why.empty()) {
     add_note(out, "quanta-arbiter: " + why);
     out["failed"] = true;
     return out;
   }
-
-  std::vector<Slot> slots(kTenants);
-  for (int i = 0; i < kTenants; ++i) {
-    if (i < kBatchSlots) {
-      slots[i].pod = "b" + std::to_string(i % kBatchPods);
-    } else if (i < kBatchSlots + kChurnSlots) {
-      const int churn = i - kBatchSlots;
-      slots[i].pod = "c" + std::to_string(churn % kChurnPods);
-      slots[i].kind = churn < kChurnPods ? Slot::overreach : Slot::churn;
-    } else {
-      slots[i].pod = "k" + std::to_string((i - kBatchSlots - kChurnSlots) % kKeeperPods);
-      slots[i].kind = Slot::keeper;
-    }
-  }
-  std::vector<std::string> violations;
-  auto violation = [&](const std::string& what) {
-    if (violations.size() < 200) violations.push_back(what);
-    spdlog::warn("soak: violation: {}", what);
-  };
-  long tenants_started = 0, kills = 0, restarts = 0, policy_changes = 0, clean_exits = 0,
-       oom_denials = 0, overreach_exits = 0, overreach_denials = 0;
-  // The most each process can hold, as the ledger counts it: its context and its largest
-  // allocation that fits the cap.
-  std::map<pid_t, uint64_t> most_held;
-  Json events = Json::array();
-  const auto begin = std::chrono::steady_clock::now();
-
-  auto spawn = [&](Slot& slot, int index) {
-    std::vector<std::string> argv{bench.paths().tenant, "--json"};
-    uint64_t holds = 0;
-    if (slot.kind == Slot::batch) {
-      argv.insert(argv.end(),
-                  {"batch", "--seconds", std::to_string(static_cast<int>(uniform(4, 15))),
-                   "--kernel-ms", std::to_string(static_cast<int>(uniform(1, 4))), "--depth", "2"});
-    } else if (slot.kind == Slot::churn) {
-      const int mi = static_cast<int>(uniform(16, kChurnMaxMi));
-      holds = static_cast<uint64_t>(mi) * kMi;
-      argv.insert(argv.end(), {"alloc", "--bytes", std::to_string(mi) + "Mi", "--count",
-                               std::to_string(static_cast<int>(uniform(200, 1500))), "--free",
-                               "--hold-ms", "2"});
-    } else if (slot.kind == Slot::overreach) {
-      argv.insert(argv.end(), {"alloc", "--bytes", std::to_string(kChurnCap / kMi) + "Mi",
-                               "--count", std::to_string(static_cast<int>(uniform(20, 100))),
-                               "--free", "--hold-ms", "20"});
-    } else {
-      holds = kKeeperHolds;
-      argv.insert(argv.end(), {"alloc", "--bytes", "32Mi", "--count", "2", "--hold-ms",
-                               std::to_string(static_cast<long>((run_s + 120) * 1000))});
-    }
-    Environment env = run.environment(slot.pod, true);
-    // The arbiter hands its context overhead to the tenants it admits; this covers a
-    // process that starts while it is down, until it joins.
-    env.set("QUANTA_CONTEXT_OVERHEAD", std::to_string(kContext / kMi) + "Mi");
-    const std::string base =
-        run.dir() + "/t" + std::to_string(index) + "-" + std::to_string(slot.started);
-    try {
-      slot.process = run.spawn_tenant(argv, slot.pod, env, base + ".out", base + ".err");
-      most_held[slot.process.pid()] = kContext + holds;
-      slot.running = true;
-      slot.killed = false;
-      slot.started_s = seconds_since(begin);
-      slot.unlisted = 0;
-      ++slot.started;
-      ++tenants_started;
-    } catch (const std::exception& error) {
-      violation(std::string("could not start a tenant: ") + error.what());
-    }
-  };
-  // A tenant that ended by itself must have ended cleanly.
-  auto reap = [&](Slot& slot) {
-    if (!slot.running || slot.process.running()) return;
-    slot.running = false;
-    const ExitStatus status = slot.process.wait(Ms(0));
-    if (const std::string refusal = shim_refusal(read_file(slot.process.stderr_path()));
-        !refusal.empty())
-      violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
-                " was not placed by the arbiter: " + refusal);
-    if (slot.killed) return;
-    const Json report = Json::parse(read_file(slot.process.stdout_path()), nullptr, false);
-    const bool ok = status.exited && status.code == 0 && report.is_object() &&
-                    report.value("ok", false) && report.value("error_count", 0) == 0;
-    if (!ok) {
-      violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
-                " ended with " + status.describe() + ": " +
-                last_line(read_file(slot.process.stderr_path())));
-    } else {
-      ++clean_exits;
-      oom_denials += report.value("oom", 0l);
-      if (slot.kind == Slot::overreach) {
-        // Its runs end in milliseconds (denials hold nothing): pace them.
-        slot.next_start_s = seconds_since(begin) + uniform(1, 3);
-        ++overreach_exits;
-        overreach_denials += report.value("oom", 0l);
-      }
-    }
-  };
-
-  // The run's simgpu log, from the environment it gives its children.
-  std::string log_path;
-  for (const std::string& entry : run.environment("", false).materialize()) {
-    if (entry.rfind("SIMGPU_LOG=", 0) == 0) log_path = entry.substr(11);
-  }
-  LogFollower log(log_path);
-  const uint64_t warm_from_ns = monotonic_now_ns() + static_cast<uint64_t>(kWarmupS * 1e9);
-  std::vector<ArbiterSample> samples;
-  Json windows = Json::array();
-  double arbiter_started_s = 0;
-  std::vector<double> incarnation_starts = {0};
-  double next_kill = uniform(1, 3), next_restart = uniform(15, 30), next_policy = 2,
-         next_sample = 1;
-  double next_window = std::max(10.0, run_s / 12);
-  const double window_s = next_window;
-  int unreachable = 0;
-  std::map<std::string, int> keeper_mismatch;  // consecutive samples a keeper's ledger was off
-  std::map<std::string, int> churn_excess;     // ... a churn pod's ledger passed what it holds
-
-  while (seconds_since(begin) < run_s) {
-    const double t = seconds_since(begin);
-    int spawned_now = 0;
-    // A process that starts while the arbiter is down runs uncapped until it joins (the
-    // node's enforce mode decides that, docs/reliability.md): no slot asks for the whole cap
-    // just before a restart, so a late join never brings an allocation past it.
-    const bool restart_near = next_restart - t < 2 && t < run_s - 15;
-    for (int i = 0; i < kTenants; ++i) {
-      reap(slots[i]);
-      if (!slots[i].running && spawned_now < 4 && t >= slots[i].next_start_s &&
-          !(restart_near && slots[i].kind == Slot::overreach)) {
-        spawn(slots[i], i);
-        ++spawned_now;
-      }
-    }
-    if (t >= next_kill) {
-      // A random tenant that is not a keeper, SIGKILLed wherever it is.
-      const size_t i = pick(kBatchSlots + kChurnSlots);
-      if (slots[i].running && slots[i].process.running()) {
-        slots[i].killed = true;
-        kill(slots[i].process.pid(), SIGKILL);
-        ++kills;
-      }
-      next_kill = t + uniform(0.5, 2.5);
-    }
-    if (t >= next_restart && t < run_s - 15) {
-      const double down_ms = uniform(20, 500);
-      events.push_back({{"t_s", std::round(t * 10) / 10},
-                        {"event", "arbiter SIGKILL"},
-                        {"down_ms", std::round(down_ms)}});
-      kill(run.arbiter_pid(), SIGKILL);
-      std::this_thread::sleep_for(Ms(static_cast<int>(down_ms)));
-      if (std::string why = run.start_arbiter(settings); !why.empty())
-        violation("the arbiter did not restart: " + why);
-      ++restarts;
-      arbiter_started_s = seconds_since(begin);
-      incarnation_starts.push_back(arbiter_started_s);
-      next_restart = t + uniform(25, 50);
-    }
-    if (t >= next_policy) {
-      const std::string pod = "b" + std::to_string(pick(kBatchPods));
-      const std::string weight = std::to_string(1 + pick(8));
-      Process ctl = Process::spawn({bench.paths().quantactl, "--admin-socket", run.admin_socket(),
-                                    "set", Run::pod_key(pod), "weight=" + weight},
-                                   run.environment("", false), run.dir() + "/ctl.out",
-                                   run.dir() + "/ctl.err");
-      const ExitStatus status = ctl.wait(Ms(5000));
-      if (status.exited && status.code == 0)
-        ++policy_changes;
-      else if (t - arbiter_started_s > 3)
-        violation("quantactl set " + pod + " weight=" + weight + " failed (" + status.describe() +
-                  "): " + last_line(read_file(run.dir() + "/ctl.err")));
-      next_policy = t + uniform(1, 4);
-    }
-    if (t >= next_sample) {
-      next_sample = t + 2;
-      const pid_t pid = run.arbiter_pid();
-      const Json status = admin_request(run.admin_socket(), {{"cmd", "status"}});
-      if (status.is_null() || !status.value("ok", false)) {
-        if (t - arbiter_started_s > 3 && ++unreachable >= 3)
-          violation("the arbiter's admin socket did not answer for 6 s");
-      } else {
-        unreachable = 0;
-        int tenants = 0;
-        std::map<std::string, uint64_t> pod_used;
-        std::map<std::string, uint64_t> pod_most;  // what the listed processes can hold
-        std::set<pid_t> listed;
-        for (const auto& gpu : status["gpus"]) {
-          for (const auto& tenant : gpu["tenants"]) {
-            ++tenants;
-            listed.insert(tenant.value("pid", 0));
-            const std::string pod = tenant.value("pod", "");
-            const uint64_t used = tenant.value("pod_memory_used", 0ull);
-            const uint64_t cap = tenant.value("memory_cap", 0ull);
-            pod_used[pod] = used;
-            auto most = most_held.find(tenant.value("pid", 0));
-            pod_most[pod] += most != most_held.end() ? most->second : 0;
-            if (cap != 0 && used > cap)
-              violation("pod " + pod + "'s ledger " + std::to_string(used) + " passed its cap " +
-                        std::to_string(cap));
-          }
-        }
-        // Every tenant that has run 3 s under an arbiter up for 3 s is listed in its pod: one
-        // missing from two samples in a row was not admitted and runs ungated.
-        for (Slot& slot : slots) {
-          if (!slot.running || !slot.process.running() || listed.count(slot.process.pid()) != 0 ||
-              t - slot.started_s < 3 || t - arbiter_started_s < 3) {
-            slot.unlisted = 0;
-            continue;
-          }
-          if (++slot.unlisted == 2)
-            violation("tenant pid " + std::to_string(slot.process.pid()) + " of pod " + slot.pod +
-                      " has run " + std::to_string(static_cast<int>(t - slot.started_s)) +
-                      " s but the arbiter does not list it: not admitted, so it runs ungated");
-        }
-        // A churn pod's ledger never holds more than its listed processes can (a context
-        // and one allocation each, killed ones included until the arbiter lets them go);
-        // more for three samples (6 s) is a byte counted twice or never given back.
-        for (int c = 0; c < kChurnPods; ++c) {
-          const std::string pod = "c" + std::to_string(c);
-          auto it = pod_used.find(Run::pod_key(pod));
-          const bool over = it != pod_used.end() && it->second > pod_most[Run::pod_key(pod)] &&
-                            t - arbiter_started_s > 3 && t > kWarmupS;
-          churn_excess[pod] = over ? churn_excess[pod] + 1 : 0;
-          if (churn_excess[pod] == 3)
-            violation("pod " + pod + "'s ledger is " + std::to_string(it->second) +
-                      " while its processes can hold at most " +
-                      std::to_string(pod_most[Run::pod_key(pod)]));
-        }
-        // The keepers hold exactly kKept per pod for the whole run; a ledger that stays off
-        // for three samples (6 s) lost or double-counted bytes.
-        for (int k = 0; k < kKeeperPods; ++k) {
-          const std::string pod = "k" + std::to_string(k);
-          auto it = pod_used.find(Run::pod_key(pod));
-          const bool off = it != pod_used.end() && it->second != kKept &&
-                           t - arbiter_started_s > 3 && t > kWarmupS;
-          keeper_mismatch[pod] = off ? keeper_mismatch[pod] + 1 : 0;
-          if (keeper_mismatch[pod] == 3)
-            violation("pod " + pod + "'s ledger is " + std::to_string(it->second) +
-                      " while its process holds " + std::to_string(kKept));
-        }
-        if (pid > 0)
-          samples.push_back({std::round(t * 10) / 10, pid, rss_kib(pid), fd_count(pid), tenants});
-      }
-    }
-    log.poll(warm_from_ns, &violations);
-    if (t >= next_window) {
-      windows.push_back(log.close_window(t));
-      next_window = t + window_s;
-    }
-    if (!violations.empty() && violations.size() >= 200) break;
-    std::this_thread::sleep_for(Ms(100));
-  }
-
-  // The run's last window closes before the teardown, whose kills of every tenant at once
-  // leave gaps at switches that say nothing about handoffs (reported, not judged).
-  log.poll(warm_from_ns, &violations);
-  windows.push_back(log.close_window(seconds_since(begin)));
-  // The end: keepers still hold their memory; then everything stops and nothing is left.
-  for (auto& slot : slots) {
-    if (slot.running && slot.process.running()) {
-      slot.killed = true;
-      kill(slot.process.pid(), SIGKILL);
-    }
-  }
-  for (auto& slot : slots) reap(slot);
-  std::this_thread::sleep_for(Ms(1500));
-  const Json after = admin_request(run.admin_socket(), {{"cmd", "status"}});
-  if (after.is_object()) {
-    for (const auto& gpu : after["gpus"]) {
-      if (!gpu["tenants"].empty())
-        violation("tenants still listed after every process was gone: " + gpu["tenants"].dump());
-      if (gpu.value("memory_used", 0ull) != 0)
-        violation("the GPU's ledgers still hold " + gpu["memory_used"].dump() +
-                  " bytes after every process was gone");
-    }
-  } else {
-    violation("the arbiter's admin socket did not answer at the end");
-  }
-  if (overreach_exits > 0 && overreach_denials == 0)
-    violation("no allocation was ever denied at a churn pod's cap: the cap was not exercised");
-  log.poll(warm_from_ns, &violations);
-  Json teardown = log.close_window(seconds_since(begin));
-  teardown["teardown"] = true;
-  windows.push_back(teardown);
-
-  // Handoff p99 drift: the run's last window against its first.
-  std::vector<double> p99s;
-  for (const auto& w : windows)
-    if (w.contains("p99_us") && !w.contains("teardown")) p99s.push_back(w["p99_us"].get<double>());
-  Json handoff = {{"windows", windows}, {"window_s", window_s}};
-  bool drift_ok = true;
-  if (p99s.size() >= 2) {
-    const double first = p99s.front(), last = p99s[p99s.size() - 1];
-    handoff["first_p99_us"] = first;
-    handoff["last_p99_us"] = last;
-    handoff["drift_us"] = std::round((last - first) * 10) / 10;
-    handoff["bound"] = "last window's p99 at most 3x the first's plus 2 ms";
-    drift_ok = last <= 3 * first + 2000;
-  } else {
-    handoff["note"] = "fewer than two windows with handoffs";
-  }
-  handoff["ok"] = drift_ok;
-
-  // RSS and descriptors: the median of the run's last third against its first third,
-  // leaving out each arbiter's first 5 s.
-  std::vector<ArbiterSample> steady;
-  for (const ArbiterSample& s : samples) {
-    double since = 0;
-    for (double start : incarnation_starts)
-      if (start <= s.t_s) since = start;
-    if (s.t_s - since >= 5 && s.rss_kib > 0) steady.push_back(s);
-  }
-  Json arbiter = {{"restarts", restarts}};
-  Json series = Json::array();
-  for (const ArbiterSample& s : samples)
-    series.push_back({{"t_s", s.t_s},
-                      {"pid", s.pid},
-                      {"rss_kib", s.rss_kib},
-                      {"fds", s.fds},
-                      {"tenants", s.tenants}});
-  arbiter["samples"] = series;
-  bool flat = true;
-  const auto rss_first = median_between(steady, 0, run_s / 3,
-                                        [](const ArbiterSample& s) { return double(s.rss_kib); });
-  const auto rss_last = median_between(steady, run_s * 2 / 3, run_s + 1,
-                                       [](const ArbiterSample& s) { return double(s.rss_kib); });
-  const auto fds_first =
-      median_between(steady, 0, run_s / 3, [](const ArbiterSample& s) { return double(s.fds); });
-  const auto fds_last = median_between(steady, run_s * 2 / 3, run_s + 1,
-                                       [](const ArbiterSample& s) { return double(s.fds); });
-  if (rss_first && rss_last && fds_first && fds_last) {
-    arbiter["rss_first_third_kib"] = *rss_first;
-    arbiter["rss_last_third_kib"] = *rss_last;
-    arbiter["fds_first_third"] = *fds_first;
-    arbiter["fds_last_third"] = *fds_last;
-    arbiter["bound"] =
-        "last third's median RSS within max(8 MiB, 50%) and descriptors within 32 of the first "
-        "third's";
-    flat = *rss_last <= *rss_first + std::max(8192.0, *rss_first * 0.5) &&
-           *fds_last <= *fds_first + 32;
-  } else {
-    arbiter["note"] = "too few steady samples to judge";
-  }
-  arbiter["flat"] = flat;
-
-  out["minutes"] = minutes;
-  out["seed"] = seed;
-  out["workload"] = {
-      {"tenants", kTenants},
-      {"batch", kBatchSlots},
-      {"churn", kChurnSlots},
-      {"keepers", kKeepers},
-      {"pods", "b0..b3 batch (weights 1,2,4,8, changed live), c0..c1 churn (" + churn_cap +
-                   " caps; one slot each asks for the whole cap), k0..k1 keepers (two "
-                   "processes each, 64Mi + context held per process)"}};
-  out["events"] = {{"tenants_started", tenants_started},
-                   {"clean_exits", clean_exits},
-                   {"kills", kills},
-                   {"arbiter_restarts", restarts},
-                   {"policy_changes", policy_changes},
-                   {"oom_denials", oom_denials},
-                   {"cap_denials", overreach_denials},
-                   {"slices_logged", log.slices()},
-                   {"restarts", events}};
-  out["violations"] = violations.size();
-  out["violation_list"] = violations;
-  out["longest_idle_ms"] = std::round(log.longest_idle_ms() * 10) / 10;
-  out["idle_bound_ms"] = kIdleBoundMs;
-  out["handoff"] = handoff;
-  out["arbiter"] = arbiter;
-  const bool failed = !violations.empty() || !drift_ok || !flat;
-  out["failed"] = failed;
-
-  std::string summary =
-      "soak: " + std::to_string(minutes) + " min, seed " + std::to_string(seed) + ": " +
-      std::to_string(violations.size()) + " violations; " + std::to_string(tenants_started) +
-      " tenants started, " + std::to_string(kills) + " killed, " + std::to_string(restarts) +
-      " arbiter restarts, " + std::to_string(policy_changes) + " policy changes; longest idle " +
-      std::to_string(static_cast<int>(log.longest_idle_ms())) + " ms";
-  if (handoff.contains("first_p99_us"))
-    summary += "; handoff p99 " + handoff["first_p99_us"].dump() + " -> " +
-               handoff["last_p99_us"].dump() + " us";
-  if (arbiter.contains("rss_first_third_kib"))
-    summary += "; arbiter RSS " + arbiter["rss_first_third_kib"].dump() + " -> " +
-               arbiter["rss_last_third_kib"].dump() + " KiB, fds " +
-               arbiter["fds_first_third"].dump() + " -> " + arbiter["fds_last_third"].dump();
-  summary += failed ? " — FAILED" : " — ok";
-  std::fprintf(stderr, "%s\n", summary.c_str());
-  for (const std::string& v : violations) std::fprintf(stderr, "  violation: %s\n", v.c_str());
-  return out;
+  Soak soak(bench, run, settings, minutes * 60.0, seed);
+  soak.loop();
+  soak.finish();
+  return soak_report(std::move(out), soak, minutes, seed);
 }
 
 }  // namespace quanta::bench
