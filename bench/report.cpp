@@ -166,6 +166,14 @@ std::string verdict(const Json& target) {
   return target["met"].get<bool>() ? "met" : "**missed**";
 }
 
+// `all[name]`, or null when the run has none (a const Json's operator[] must not be asked
+// for a key it lacks).
+const Json& member(const Json& all, const std::string& name) {
+  static const Json kNone;
+  auto it = all.find(name);
+  return it == all.end() ? kNone : *it;
+}
+
 // What the command line asks for.
 struct Options {
   std::string inputs, from, json_out, markdown_out, command, analysis, conditions;
@@ -302,7 +310,7 @@ void header_markdown(std::ostream& md, const Run& run, const std::string& result
      << cell(machine.value("cores", Json(0))) << " cores, kernel "
      << cell(machine.value("kernel", Json("?")))
      << ", GPU: " << cell(machine.value("gpu", Json("?"))) << "\n- date: " << run.date
-     << "\n- command: `" << run.command << "`\n- total time: " << cell(run.all["elapsed_s"])
+     << "\n- command: `" << run.command << "`\n- total time: " << cell(member(run.all, "elapsed_s"))
      << " s\n";
   if (!run.conditions.empty()) md << "- conditions: " << run.conditions << "\n";
   if (run.all.contains("changes") && run.all["changes"].is_object())
@@ -314,7 +322,7 @@ void targets_markdown(std::ostream& md, const Run& run) {
   md << "\n## Targets\n\n| scenario | target | value | limit | verdict | margin "
         "|\n|---|---|---|---|---|---|\n";
   for (const auto& name : run.order) {
-    const Json& scenario = run.all[name];
+    const Json& scenario = member(run.all, name);
     if (!scenario.contains("targets")) {
       md << "| " << name << " | (no result) | — | — | not measured | — |\n";
       continue;
@@ -379,7 +387,7 @@ std::string results_markdown(const Run& run, const Options& o) {
   header_markdown(md, run, fs::path(o.from.empty() ? o.json_out : o.from).filename().string());
   targets_markdown(md, run);
   for (const auto& name : run.order) {
-    const Json& scenario = run.all[name];
+    const Json& scenario = member(run.all, name);
     if (!scenario.is_object() && std::find(kOrder.begin(), kOrder.end(), name) == kOrder.end())
       continue;
     scenario_markdown(md, name, scenario);
