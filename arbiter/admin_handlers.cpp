@@ -1,6 +1,7 @@
-// What the admin requests do (the socket and its I/O are admin_server.cpp's): status, live
-// policy changes, registrations (top and explain are admin_views.cpp's answers to a view of
-// the node, drain admin_drain.cpp's). The status schema is documented in
+// What the admin requests do (the socket and its I/O are admin_server.cpp's): live policy
+// changes, registrations, and the gathering of what status tells (status, top and explain
+// are admin_views.cpp's answers to what is gathered here and in observe.cpp, drain
+// admin_drain.cpp's). The status schema is documented in
 // docs/quantactl-status.md; every text a tenant or runtime chose goes out as JSON strings
 // (quantactl escapes them before printing).
 #include <spdlog/spdlog.h>
@@ -21,10 +22,6 @@ using nlohmann::json;
 
 json error(const std::string& text) {
   return json{{"ok", false}, {"error", text}};
-}
-
-double ms(uint64_t ns) {
-  return static_cast<double>(ns) / 1e6;
 }
 
 }  // namespace
@@ -69,7 +66,10 @@ json Arbiter::handle(const AdminRequest& request) {
 json Arbiter::node_devices_json() const {
   json devices = json::array();
   for (const GpuInfo& g : node_gpus_)
-    devices.push_back({{"name", g.name}, {"uuid", g.uuid}, {"minor", g.minor}, {"mig", !g.parent.empty() || g.uuid.rfind("MIG-", 0) == 0}});
+    devices.push_back({{"name", g.name},
+                       {"uuid", g.uuid},
+                       {"minor", g.minor},
+                       {"mig", !g.parent.empty() || g.uuid.rfind("MIG-", 0) == 0}});
   return json{{"ok", true}, {"devices", devices}};
 }
 
@@ -180,110 +180,76 @@ json Arbiter::unregister_container(const AdminRequest& request) {
 }
 
 json Arbiter::status_json() {
-  const uint64_t now = common::monotonic_ns();
-  json gpus = json::array();
-  for (auto& gpu : gpus_) {
-    const common::ControlRegion& region = *gpu->region.get();
-    json tenants = json::array();
-    for (const TenantReport& r : gpu->sched->report(now)) {
-      pid_t pid = gpu->slot_pids.at(r.slot);
-      const Process& proc = processes_.at(pid);
-      Pod& pod = *pods_.find(proc.pod_index);
-      const common::GateChannel& ch = channel(proc, gpu->index);
-      uint64_t gate_waits = ch.gate_waits.load();
-      auto nvml = gpu->nvml_bytes.find(pid);
-      auto denied = pod.denied_caps.find(gpu->index);
-      tenants.push_back({
-          {"pid", pid},
-          {"pod", pod.key},
-          {"slot", r.slot},
-          {"weight", pod.policy.weight},
-          {"priority", common::priority_name(pod.policy.priority)},
-          {"min_share", pod.policy.min_share_ppm / static_cast<double>(common::kShareScale)},
-          {"max_share", pod.policy.max_share_ppm / static_cast<double>(common::kShareScale)},
-          {"quantum_ms", ms(r.quantum_ns)},
-          {"target_share", r.target_share},
-          {"achieved_share", r.achieved_share},
-          {"wait_p99_ms", ms(r.wait_p99_ns)},
-          {"gate_waits", gate_waits},
-          {"gate_wait_avg_ms",
-           gate_waits == 0 ? 0.0 : ms(ch.gate_wait_ns.load()) / static_cast<double>(gate_waits)},
-          {"gate_wait_max_ms", ms(ch.gate_wait_max_ns.load())},
-          {"launches", ch.launches.load()},
-          {"memory_used", ch.memory_used.load()},
-          {"pod_memory_used", pod.region.memory_used(gpu->index).load()},
-          {"shared_memory_layout", pod.region.layout()},
-          {"memory_cap",
-           denied != pod.denied_caps.end() ? denied->second : pod.policy.memory_limit},
-          {"nvml_memory_used", nvml != gpu->nvml_bytes.end() ? json(nvml->second) : json(nullptr)},
-          {"state", state_name(r.state)},
-          {"grants", r.grants},
-          {"revoke_timeouts", r.pass_overs},
-          {"connected", proc.connected},
-      });
-    }
-    json unmanaged = json::array();
-    for (const UnmanagedProcess& u : gpu->unmanaged) {
-      unmanaged.push_back({{"pid", u.pid},
-                           {"memory_used", u.used_bytes},
-                           {"pod", u.pod.empty() ? json(nullptr) : json(u.pod)},
-                           {"command", u.command}});
-    }
-    json over = json::array();
-    for (const std::string& key : gpu->over_cap) {
-      auto bytes = gpu->pod_nvml_bytes.find(key);
-      over.push_back({{"pod", key},
-                      {"nvml_memory_used", bytes != gpu->pod_nvml_bytes.end() ? bytes->second : 0},
-                      {"memory_cap", pods_.resolve_policy(key).memory_limit},
-                      {"action", config::over_cap_name(config_.enforce.over_cap)}});
-    }
-    uint32_t holder = region.header.holder.load();
-    json holder_json = nullptr;
-    if (holder != common::kNoSlot && gpu->slot_pids.count(holder) != 0) {
-      pid_t pid = gpu->slot_pids.at(holder);
-      holder_json = json{
-          {"slot", holder}, {"pid", pid}, {"pod", pods_.find(processes_.at(pid).pod_index)->key}};
-    }
-    json g{{"index", gpu->index},
-           {"uuid", gpu->uuid},
-           {"holder", holder_json},
-           {"waiting", region.header.waiters.load()},
-           {"draining", gpu->sched->drain_requested()},
-           {"idle", gpu->sched->idle()},
-           {"grants", gpu->grants},
-           {"switches", gpu->switches},
-           {"last_granted",
-            gpu->last_granted == common::kNoSlot ? json(nullptr) : json(gpu->last_granted)},
-           {"doorbells", gpu->doorbells},
-           {"passes", gpu->passes},
-           {"holder_looks", gpu->holder_looks},
-           {"ended_by_holder", gpu->ended_by_holder},
-           {"tenants", tenants},
-           {"unmanaged", unmanaged},
-           {"over_cap", over}};
-    if (!gpu->nvml_error.empty()) g["nvml_error"] = gpu->nvml_error;
-    gpus.push_back(std::move(g));
+  return status_answer(status_of_node(common::monotonic_ns()));
+}
+
+// What `status` tells, read from the live state at `now`; nothing else is computed here.
+NodeStatus Arbiter::status_of_node(uint64_t now) const {
+  NodeStatus node;
+  node.scope = config_.scope;
+  node.generation = generation_;
+  node.taken_ns = now;
+  node.started_ns = started_ns_;
+  node.enforce = config_.enforce;
+  node.context_overhead = context_overhead_json();
+  node.tenant_connections = tenants_ ? tenants_->connections() : 0;
+  node.metrics_listen = metrics_address();
+  for (const auto& gpu : gpus_) node.gpus.push_back(status_of_gpu(*gpu, now));
+  return node;
+}
+
+GpuStatus Arbiter::status_of_gpu(const Gpu& gpu, uint64_t now) const {
+  const common::ControlHeader& header = gpu.region->header;
+  GpuStatus out;
+  out.index = gpu.index;
+  out.uuid = gpu.uuid;
+  for (const TenantReport& r : gpu.sched->report(now)) {
+    const pid_t pid = gpu.slot_pids.at(r.slot);
+    const Process& proc = processes_.at(pid);
+    const Pod& pod = pods_.pods().at(proc.pod_index);
+    const common::GateChannel& ch = pod.region.channel(proc.proc_index, gpu.index);
+    TenantStatus t;
+    t.report = r;
+    t.pid = pid;
+    t.pod = pod.key;
+    t.policy = pod.policy;
+    t.gate_waits = ch.gate_waits.load();
+    t.gate_wait_ns = ch.gate_wait_ns.load();
+    t.gate_wait_max_ns = ch.gate_wait_max_ns.load();
+    t.launches = ch.launches.load();
+    t.memory_used = ch.memory_used.load();
+    t.pod_memory_used = pod.region.memory_used(gpu.index).load();
+    t.layout = pod.region.layout();
+    auto denied = pod.denied_caps.find(gpu.index);
+    t.memory_cap = denied != pod.denied_caps.end() ? denied->second : pod.policy.memory_limit;
+    if (auto nvml = gpu.nvml_bytes.find(pid); nvml != gpu.nvml_bytes.end())
+      t.nvml_memory_used = nvml->second;
+    t.connected = proc.connected;
+    out.tenants.push_back(std::move(t));
   }
-  const auto interface = [](const common::InterfaceVersions& v) {
-    return json{{"speaks", v.speaks}, {"accepts", json::array({v.oldest, v.newest})}};
-  };
-  return json{{"ok", true},
-              {"scope", config_.scope},
-              {"versions",
-               {{"release", common::release()},
-                {"tenant_protocol", interface(common::kTenantProtocol)},
-                {"shared_memory_layout", interface(common::kSharedMemoryLayout)}}},
-              {"generation", generation_},
-              {"taken_ns", now},
-              {"uptime_s", static_cast<double>(now - started_ns_) / 1e9},
-              {"enforce",
-               {{"enforce", config_.enforce.enforce},
-                {"unplaced", config::unplaced_name(config_.enforce.unplaced)},
-                {"over_cap", config::over_cap_name(config_.enforce.over_cap)}}},
-              {"context_overhead", context_overhead_json()},
-              {"tenant_connections", tenants_ ? tenants_->connections() : 0},
-              {"metrics_listen", metrics_address()},
-              {"gpus", gpus}};
+  out.unmanaged = gpu.unmanaged;
+  for (const std::string& key : gpu.over_cap) {
+    auto bytes = gpu.pod_nvml_bytes.find(key);
+    out.over_cap.push_back({key, bytes != gpu.pod_nvml_bytes.end() ? bytes->second : 0,
+                            pods_.resolve_policy(key).memory_limit});
+  }
+  const uint32_t holder = header.holder.load();
+  if (holder != common::kNoSlot && gpu.slot_pids.count(holder) != 0) {
+    const pid_t pid = gpu.slot_pids.at(holder);
+    out.holder = HolderStatus{holder, pid, pods_.pods().at(processes_.at(pid).pod_index).key};
+  }
+  out.waiting = header.waiters.load();
+  out.draining = gpu.sched->drain_requested();
+  out.idle = gpu.sched->idle();
+  out.grants = gpu.grants;
+  out.switches = gpu.switches;
+  if (gpu.last_granted != common::kNoSlot) out.last_granted = gpu.last_granted;
+  out.doorbells = gpu.doorbells;
+  out.passes = gpu.passes;
+  out.holder_looks = gpu.holder_looks;
+  out.ended_by_holder = gpu.ended_by_holder;
+  out.nvml_error = gpu.nvml_error;
+  return out;
 }
 
 }  // namespace quanta::arbiter

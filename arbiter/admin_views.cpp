@@ -1,10 +1,13 @@
-// `quantactl top` from the figures, `quantactl explain` from the view's accounting history.
+// `quantactl status` from the node's status as gathered, `top` from the figures, `explain`
+// from the view's accounting history.
 #include "arbiter/admin_views.h"
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+
+#include "common/version.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -264,6 +267,115 @@ json explain_answer(const NodeView& node, const std::string& wanted, double span
       gpus.push_back(explain_gpu(node, gpu, *acc, span));
   }
   return json{{"ok", true}, {"pod", key}, {"seconds", span_s}, {"gpus", gpus}};
+}
+
+namespace {
+
+double ms(uint64_t ns) {
+  return static_cast<double>(ns) / 1e6;
+}
+
+double share(uint64_t ppm) {
+  return static_cast<double>(ppm) / static_cast<double>(common::kShareScale);
+}
+
+json tenant_status(const TenantStatus& t) {
+  const TenantReport& r = t.report;
+  return {
+      {"pid", t.pid},
+      {"pod", t.pod},
+      {"slot", r.slot},
+      {"weight", t.policy.weight},
+      {"priority", common::priority_name(t.policy.priority)},
+      {"min_share", share(t.policy.min_share_ppm)},
+      {"max_share", share(t.policy.max_share_ppm)},
+      {"quantum_ms", ms(r.quantum_ns)},
+      {"target_share", r.target_share},
+      {"achieved_share", r.achieved_share},
+      {"wait_p99_ms", ms(r.wait_p99_ns)},
+      {"gate_waits", t.gate_waits},
+      {"gate_wait_avg_ms",
+       t.gate_waits == 0 ? 0.0 : ms(t.gate_wait_ns) / static_cast<double>(t.gate_waits)},
+      {"gate_wait_max_ms", ms(t.gate_wait_max_ns)},
+      {"launches", t.launches},
+      {"memory_used", t.memory_used},
+      {"pod_memory_used", t.pod_memory_used},
+      {"shared_memory_layout", t.layout},
+      {"memory_cap", t.memory_cap},
+      {"nvml_memory_used", t.nvml_memory_used ? json(*t.nvml_memory_used) : json(nullptr)},
+      {"state", state_name(r.state)},
+      {"grants", r.grants},
+      {"revoke_timeouts", r.pass_overs},
+      {"connected", t.connected},
+  };
+}
+
+json gpu_status(const GpuStatus& gpu, config::OverCapAction over_cap) {
+  json tenants = json::array();
+  for (const TenantStatus& t : gpu.tenants) tenants.push_back(tenant_status(t));
+  json unmanaged = json::array();
+  for (const UnmanagedProcess& u : gpu.unmanaged) {
+    unmanaged.push_back({{"pid", u.pid},
+                         {"memory_used", u.used_bytes},
+                         {"pod", u.pod.empty() ? json(nullptr) : json(u.pod)},
+                         {"command", u.command}});
+  }
+  json over = json::array();
+  for (const OverCapStatus& o : gpu.over_cap) {
+    over.push_back({{"pod", o.pod},
+                    {"nvml_memory_used", o.nvml_memory_used},
+                    {"memory_cap", o.memory_cap},
+                    {"action", config::over_cap_name(over_cap)}});
+  }
+  json holder = nullptr;
+  if (gpu.holder)
+    holder = {{"slot", gpu.holder->slot}, {"pid", gpu.holder->pid}, {"pod", gpu.holder->pod}};
+  json out{{"index", gpu.index},
+           {"uuid", gpu.uuid},
+           {"holder", holder},
+           {"waiting", gpu.waiting},
+           {"draining", gpu.draining},
+           {"idle", gpu.idle},
+           {"grants", gpu.grants},
+           {"switches", gpu.switches},
+           {"last_granted", gpu.last_granted ? json(*gpu.last_granted) : json(nullptr)},
+           {"doorbells", gpu.doorbells},
+           {"passes", gpu.passes},
+           {"holder_looks", gpu.holder_looks},
+           {"ended_by_holder", gpu.ended_by_holder},
+           {"tenants", tenants},
+           {"unmanaged", unmanaged},
+           {"over_cap", over}};
+  if (!gpu.nvml_error.empty()) out["nvml_error"] = gpu.nvml_error;
+  return out;
+}
+
+json interface_versions(const common::InterfaceVersions& v) {
+  return json{{"speaks", v.speaks}, {"accepts", json::array({v.oldest, v.newest})}};
+}
+
+}  // namespace
+
+json status_answer(const NodeStatus& node) {
+  json gpus = json::array();
+  for (const GpuStatus& gpu : node.gpus) gpus.push_back(gpu_status(gpu, node.enforce.over_cap));
+  return json{{"ok", true},
+              {"scope", node.scope},
+              {"versions",
+               {{"release", common::release()},
+                {"tenant_protocol", interface_versions(common::kTenantProtocol)},
+                {"shared_memory_layout", interface_versions(common::kSharedMemoryLayout)}}},
+              {"generation", node.generation},
+              {"taken_ns", node.taken_ns},
+              {"uptime_s", static_cast<double>(node.taken_ns - node.started_ns) / 1e9},
+              {"enforce",
+               {{"enforce", node.enforce.enforce},
+                {"unplaced", config::unplaced_name(node.enforce.unplaced)},
+                {"over_cap", config::over_cap_name(node.enforce.over_cap)}}},
+              {"context_overhead", node.context_overhead},
+              {"tenant_connections", node.tenant_connections},
+              {"metrics_listen", node.metrics_listen},
+              {"gpus", gpus}};
 }
 
 }  // namespace quanta::arbiter

@@ -477,21 +477,6 @@ void Arbiter::watch_process(Process& proc) {
   loop_.add(proc.pidfd.get(), [this, pid](uint32_t) { on_death(pid); });
 }
 
-common::RefusedAction Arbiter::unplaced_action(bool registered,
-                                               const common::Policy* policy) const {
-  switch (config_.enforce.unplaced) {
-    case config::UnplacedAction::kOpen:
-      return common::RefusedAction::kRunOpen;
-    case config::UnplacedAction::kClosed:
-      return common::RefusedAction::kDeny;
-    case config::UnplacedAction::kClosedIfCapped:
-      return registered && policy != nullptr && policy->memory_limit != 0
-                 ? common::RefusedAction::kDeny
-                 : common::RefusedAction::kRunOpen;
-  }
-  return common::RefusedAction::kRunOpen;
-}
-
 Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
                          const std::string& claimed_pod, uint32_t layout) {
   const pid_t pid = peer.pid;
@@ -513,75 +498,23 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
   }
   const bool fresh_entry = existing == processes_.end();
   if (fresh_entry) {
-    const Registration* reg = pods_.match_cgroup(cgroup);
-    std::string key;
-    if (reg != nullptr) {
-      key = reg->pod_key();
-    } else if (!config_.allow_unregistered) {
-      return refuse("pid " + std::to_string(pid) + " (cgroup " +
-                        (cgroup.empty() ? std::string("unknown") : hosted::printable(cgroup)) +
-                        ") is not in a registered container and this node does not admit "
-                        "unregistered processes (allow_unregistered = false)",
-                    unplaced_action(false, nullptr));
-    } else if (claimed_pod.empty()) {
-      return refuse("pid " + std::to_string(pid) +
-                        " is not in a registered container and names no pod: set QUANTA_POD=<name>",
-                    unplaced_action(false, nullptr));
-    } else {
-      std::string err = hosted::check_pod_key(claimed_pod, "QUANTA_POD");
-      if (!err.empty()) return refuse(err, unplaced_action(false, nullptr));
-      for (const auto& [id, r] : pods_.registrations()) {
-        if (r.pod_key() == claimed_pod) {
-          return refuse("QUANTA_POD " + claimed_pod +
-                            " names a registered pod; only its own containers join it",
-                        unplaced_action(false, nullptr));
-        }
-      }
-      key = claimed_pod;
-    }
-    const common::Policy policy = pods_.resolve_policy(key);
-    const common::RefusedAction action = unplaced_action(reg != nullptr, &policy);
-    // Layout 2 shows each slot's pid, pod and cap to the other layout-2 processes of a GPU:
-    // only pods the previous release placed get it, never one a process chooses it for.
-    if (layout == common::layout2::kVersion && pods_.find_key(key) == nullptr &&
-        previous_release_pods_.count(key) == 0) {
-      return refuse(
-          "pod " + key + " was not placed by the previous release, and this process's " +
-              "libquanta.so maps shared-memory layout 2: only such pods are served in " +
-              "that layout; restart the pod so that it loads the libquanta.so installed now",
-          action);
-    }
+    const PodChoice choice =
+        choose_pod({pid, cgroup, claimed_pod, layout}, pods_, config_, previous_release_pods_);
+    if (choice.refusal) return refuse(choice.refusal->reason, choice.refusal->action);
+    const std::string& key = choice.key;
     UniqueFd pidfd(fcntl(peer.pidfd.get(), F_DUPFD_CLOEXEC, 3));
-    if (!pidfd) return refuse("pid " + std::to_string(pid) + " could not be watched", action);
+    if (!pidfd)
+      return refuse("pid " + std::to_string(pid) + " could not be watched", choice.action);
     Pod* pod = nullptr;
     try {
-      pod = &pods_.get_or_create(key, reg != nullptr, cgroup, layout);
+      pod = &pods_.get_or_create(key, choice.registration != nullptr, cgroup, layout);
     } catch (const std::exception& e) {
-      return refuse("no region for pod " + key + ": " + e.what(), action);
+      return refuse("no region for pod " + key + ": " + e.what(), choice.action);
     }
-    if (pod->region.layout() != layout) {
-      // One pod region, one layout: a pod whose containers load libquanta.so of two releases
-      // (a container added to a running pod after an upgrade) keeps the first one's.
-      return refuse("pod " + key + "'s other processes map shared-memory layout " +
-                        std::to_string(pod->region.layout()) + ", this process's libquanta.so " +
-                        std::to_string(layout) +
-                        ": one pod's containers must load one release's libquanta.so; restart "
-                        "the pod so that all of them load the one installed now",
-                    action);
+    if (auto refused = join_refusal(key, pod->region.layout(), pod->entries, layout)) {
+      return refuse(std::move(*refused), choice.action);
     }
-    uint32_t proc_index = common::kMaxProcsPerPod;
-    for (uint32_t i = 0; i < common::kMaxProcsPerPod; ++i) {
-      if (!pod->entries.test(i)) {
-        proc_index = i;
-        break;
-      }
-    }
-    if (proc_index == common::kMaxProcsPerPod) {
-      pods_.release_if_unused(pod->index);
-      return refuse("pod " + key + " already has " + std::to_string(common::kMaxProcsPerPod) +
-                        " processes on the GPUs, the most one pod may have",
-                    action);
-    }
+    const uint32_t proc_index = free_entry(pod->entries);
     for (uint32_t g = 0; g < common::kMaxGpus; ++g) {
       std::memset(static_cast<void*>(&pod->region.channel(proc_index, g)), 0,
                   sizeof(common::GateChannel));
@@ -599,8 +532,8 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
     p.pod_index = pod->index;
     p.proc_index = proc_index;
     p.cgroup = cgroup;
-    p.registered = reg != nullptr;
-    p.devices = devices_granted(reg, pid, gpu_info_);
+    p.registered = choice.registration != nullptr;
+    p.devices = devices_granted(choice.registration, pid, gpu_info_);
     watch_process(p);
     pods_.save_state();
     existing = processes_.find(pid);
@@ -610,12 +543,9 @@ Admission Arbiter::admit(const PeerIdentity& peer, const std::string& cgroup,
   }
   Process& proc = existing->second;
   Pod& pod = *pods_.find(proc.pod_index);
-  if (pod.region.layout() != layout) {
-    return refuse("pid " + std::to_string(pid) + " was admitted with shared-memory layout " +
-                      std::to_string(pod.region.layout()) + " and now says Hello with " +
-                      std::to_string(layout) +
-                      ": one pod's containers must load one release's libquanta.so",
-                  unplaced_action(proc.registered, &pod.policy));
+  if (auto refused = hello_refusal(pid, pod.region.layout(), layout)) {
+    return refuse(std::move(*refused),
+                  unplaced_action(config_.enforce.unplaced, proc.registered, &pod.policy));
   }
   proc.connected = true;
   out.admitted = true;
@@ -642,7 +572,8 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   }
   Process& proc = it->second;
   Pod& pod = *pods_.find(proc.pod_index);
-  const common::RefusedAction action = unplaced_action(proc.registered, &pod.policy);
+  const common::RefusedAction action =
+      unplaced_action(config_.enforce.unplaced, proc.registered, &pod.policy);
   Gpu* gpu = gpu_by_uuid(uuid);
   if (gpu == nullptr) {
     out.reason = "GPU " + hosted::printable(uuid) + " is not managed by this arbiter; it manages " +
@@ -650,11 +581,8 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
     out.action = action;
     return out;
   }
-  if (!proc.devices.all && proc.devices.uuids.count(gpu->uuid) == 0) {
-    std::string given;
-    for (const std::string& u : proc.devices.uuids) given += (given.empty() ? "" : ", ") + u;
-    out.reason = "GPU " + gpu->uuid + " was not given to this container (" + proc.devices.source +
-                 " gives " + (given.empty() ? std::string("none") : given) + ")";
+  if (auto refused = device_refusal(proc.devices, gpu->uuid)) {
+    out.reason = std::move(*refused);
     out.action = action;
     tenant_log_.log(spdlog::level::warn, "attach-refused", monotonic_ns(),
                     "pid {} of pod {} asked for {}: {}", pid, hosted::printable(pod.key), gpu->uuid,
@@ -673,13 +601,7 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   if (have != proc.slots.end()) {
     slot = have->second;
   } else {
-    slot = common::kNoSlot;
-    for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-      if (gpu->slot_pids.count(s) == 0) {
-        slot = s;
-        break;
-      }
-    }
+    slot = first_free_slot(gpu->slot_pids);
     if (slot == common::kNoSlot) {
       out.reason = "GPU " + gpu->uuid + " already has " + std::to_string(common::kMaxSlotsPerGpu) +
                    " tenants";

@@ -20,6 +20,8 @@
 #include <vector>
 
 #include "arbiter/accounting.h"
+#include "arbiter/admin_views.h"
+#include "arbiter/admission.h"
 #include "arbiter/admin_server.h"
 #include "arbiter/context_overhead.h"
 #include "arbiter/device_access.h"
@@ -38,14 +40,6 @@
 #include "config/node_config.h"
 
 namespace quanta::arbiter {
-
-// A process NVML lists on a GPU that is not an admitted tenant of it.
-struct UnmanagedProcess {
-  pid_t pid = 0;
-  uint64_t used_bytes = 0;
-  std::string pod;      // the pod its cgroup belongs to, "" when none
-  std::string command;  // /proc/<pid>/comm
-};
 
 // The two words of a control slot the gate protocol moves (ControlSlot::turn and end_at_ns),
 // in whichever control region of its GPU the slot's process maps.
@@ -218,11 +212,12 @@ class Arbiter final : public TenantApi, public AdminApi {
   common::GateChannel& channel(const Process& proc, uint32_t gpu_index);
   Gpu* gpu_by_uuid(const std::string& uuid);
   std::string managed_list() const;
-  common::RefusedAction unplaced_action(bool registered, const common::Policy* policy) const;
   // nvml_reconcile.cpp
   void reconcile(const std::vector<GpuReading>& readings);
   // admin_handlers.cpp
   nlohmann::json status_json();
+  NodeStatus status_of_node(uint64_t now) const;
+  GpuStatus status_of_gpu(const Gpu& gpu, uint64_t now) const;
   nlohmann::json set_policy(const AdminRequest& request);
   nlohmann::json unset_policy(const AdminRequest& request);
   nlohmann::json policy_json(const AdminRequest& request) const;

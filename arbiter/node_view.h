@@ -21,6 +21,14 @@
 
 namespace quanta::arbiter {
 
+// A process NVML lists on a GPU that is not an admitted tenant of it.
+struct UnmanagedProcess {
+  pid_t pid = 0;
+  uint64_t used_bytes = 0;
+  std::string pod;      // the pod its cgroup belongs to, "" when none
+  std::string command;  // /proc/<pid>/comm
+};
+
 // One admitted process's slot on the GPU.
 struct TenantView {
   SlotId slot = 0;

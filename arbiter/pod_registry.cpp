@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "common/clock.h"
 #include "hosted/names.h"
@@ -578,7 +579,11 @@ Pod* PodRegistry::find(uint32_t index) {
 }
 
 Pod* PodRegistry::find_key(const std::string& key) {
-  for (auto& [i, p] : pods_) {
+  return const_cast<Pod*>(std::as_const(*this).find_key(key));
+}
+
+const Pod* PodRegistry::find_key(const std::string& key) const {
+  for (const auto& [i, p] : pods_) {
     if (p.key == key) return &p;
   }
   return nullptr;

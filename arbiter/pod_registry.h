@@ -139,6 +139,7 @@ class PodRegistry {
   Pod& adopt(uint32_t index, UniqueFd fd, const SavedPod& saved);
   Pod* find(uint32_t index);
   Pod* find_key(const std::string& key);
+  const Pod* find_key(const std::string& key) const;
   // Forgets a pod that has no processes left (tenants keep their mappings).
   void release_if_unused(uint32_t index);
   std::map<uint32_t, Pod>& pods() { return pods_; }
