@@ -132,6 +132,15 @@ class Tracer {
   void resolve(uint32_t tgid);
   void link_tenants();
   std::vector<uint64_t> read_counters() const;
+  // finish()'s steps, in order.
+  uint64_t stop_probes();
+  void count_probes();
+  void build_session_model(uint64_t end_ns);
+  void view_gpus();
+  ProcessView& process_view(uint32_t tgid);
+  void view_processes();
+  void read_driver_maps();
+  void note_what_is_missing();
 
   const SessionOptions& options_;
   std::unique_ptr<session_bpf, SkeletonDeleter> skel_;
@@ -495,8 +504,19 @@ std::vector<uint64_t> Tracer::read_counters() const {
 }
 
 SessionView Tracer::finish() {
-  // The arbiters' counters first, and the session ends when they were read (the earliest
-  // reading, so no grant one of them has not counted is in it); then nothing fires.
+  const uint64_t end_ns = stop_probes();
+  count_probes();
+  build_session_model(end_ns);
+  view_gpus();
+  view_processes();
+  note_what_is_missing();
+  return std::move(view_);
+}
+
+// The arbiters' counters first, and the session ends when they were read (the earliest
+// reading, so no grant one of them has not counted is in it); then nothing fires, and what
+// the probes sent meanwhile is read and its processes named.
+uint64_t Tracer::stop_probes() {
   uint64_t end_ns = UINT64_MAX;
   for (auto& [pid, arbiter] : arbiters_) {
     refresh_arbiter(arbiter);
@@ -509,8 +529,11 @@ SessionView Tracer::finish() {
   for (uint32_t tgid : std::set<uint32_t>(unresolved_)) resolve(tgid);
   nvml_.refresh();
   link_tenants();
+  return end_ns;
+}
 
-  // Counters over the session.
+// The programs' counters over the session.
+void Tracer::count_probes() {
   std::vector<uint64_t> counters = read_counters();
   for (uint32_t i = 0; i < QUANTA_CNT_COUNT; ++i)
     counters[i] -= std::min(counters[i], counters_at_start_[i]);
@@ -523,8 +546,11 @@ SessionView Tracer::finish() {
     view_.notes.push_back(std::to_string(view_.events_lost) +
                           " events did not fit the ring buffer: switches and timelines miss them");
   }
+}
 
-  // The model.
+// The model of holds, waits and switches from the events up to `end_ns`, each GPU's holder
+// and last grant at the start seeded from the arbiters' first status.
+void Tracer::build_session_model(uint64_t end_ns) {
   ModelInput input;
   for (const quanta_session_event& e : events_) {
     if (e.ts_ns <= end_ns) input.events.push_back(e);
@@ -549,8 +575,11 @@ SessionView Tracer::finish() {
     view_.notes.push_back(std::to_string(view_.model.unattributed) +
                           " shim events came from processes whose arbiter was not found");
   }
+}
 
-  // GPUs and the arbiter's own counters over the session.
+// Every GPU an arbiter served or the model saw, with the arbiter's own grant and switch
+// counts over the session.
+void Tracer::view_gpus() {
   for (auto& [pid, arbiter] : arbiters_) {
     view_.arbiters.push_back(arbiter.view);
     if (!arbiter.last_status) continue;
@@ -579,39 +608,61 @@ SessionView Tracer::finish() {
   for (const auto& [key, gpu] : view_.model.gpus) {
     if (!view_.gpus.count(key)) view_.gpus[key].key = key;
   }
+}
 
-  // Processes: who they are, their GPUs, their driver statistics.
-  auto process = [&](uint32_t tgid) -> ProcessView& {
-    ProcessView& p = view_.processes[tgid];
-    if (p.pid == 0) {
-      p.pid = tgid;
-      auto name = names_.find(tgid);
-      if (name != names_.end()) {
-        p.pod = name->second.pod;
-        p.pod_source = name->second.source;
-      }
-      auto comm = comms_.find(tgid);
-      p.comm = comm != comms_.end() ? comm->second : process_comm(static_cast<pid_t>(tgid));
-      p.managed = managed_.count(tgid) != 0;
+// The process `tgid` in the view, named (its pod, its command, managed or not) when first seen.
+ProcessView& Tracer::process_view(uint32_t tgid) {
+  ProcessView& p = view_.processes[tgid];
+  if (p.pid == 0) {
+    p.pid = tgid;
+    auto name = names_.find(tgid);
+    if (name != names_.end()) {
+      p.pod = name->second.pod;
+      p.pod_source = name->second.source;
     }
-    return p;
-  };
+    auto comm = comms_.find(tgid);
+    p.comm = comm != comms_.end() ? comm->second : process_comm(static_cast<pid_t>(tgid));
+    p.managed = managed_.count(tgid) != 0;
+  }
+  return p;
+}
+
+// Processes: the GPUs they held or waited for, their driver statistics and synchronisations,
+// and NVML's GPUs for one the model did not place.
+void Tracer::view_processes() {
   for (const auto& [key, gpu] : view_.model.gpus) {
     const std::string& uuid = view_.gpus[key].uuid;
     auto note_gpu = [&](uint32_t tgid) {
-      if (tgid != 0 && !uuid.empty()) process(tgid).gpus.insert(uuid);
-      if (tgid != 0) process(tgid);
+      if (tgid == 0) return;
+      ProcessView& p = process_view(tgid);
+      if (!uuid.empty()) p.gpus.insert(uuid);
     };
     for (const auto& hold : gpu.holds) note_gpu(hold.tgid);
     for (const auto& wait : gpu.waits) note_gpu(wait.tgid);
   }
+  read_driver_maps();
+  for (const auto& e : events_) {
+    if (e.kind != QUANTA_EV_SYNC) continue;
+    process_view(e.tgid).spans.push_back(SyncSpan{e.tid, e.a, e.ts_ns, e.b, e.c, e.slot != 0});
+  }
+  for (auto& [tgid, p] : view_.processes) {
+    if (p.gpus.empty()) {
+      auto nvml = nvml_.gpus_by_pid().find(static_cast<pid_t>(tgid));
+      if (nvml != nvml_.gpus_by_pid().end()) p.gpus = nvml->second;
+    }
+  }
+}
+
+// The driver probes' maps: launch-to-completion and sync-wait histograms, launches and syncs
+// per process (this tracer's own calls left out).
+void Tracer::read_driver_maps() {
   const int hists_fd = bpf_map__fd(skel_->maps.driver_hists);
   quanta_driver_key key{}, next{};
   quanta_driver_key* prev = nullptr;
   while (bpf_map_get_next_key(hists_fd, prev, &next) == 0) {
     quanta_hist raw{};
     if (next.tgid != self_ && bpf_map_lookup_elem(hists_fd, &next, &raw) == 0) {
-      ProcessView& p = process(next.tgid);
+      ProcessView& p = process_view(next.tgid);
       (next.kind == QUANTA_DRIVER_LAUNCH_TO_COMPLETION ? p.launch_to_completion : p.sync_wait)
           .add(raw);
     }
@@ -624,23 +675,16 @@ SessionView Tracer::finish() {
   while (bpf_map_get_next_key(procs_fd, tgid_prev, &tgid_next) == 0) {
     quanta_driver_proc raw{};
     if (tgid_next != self_ && bpf_map_lookup_elem(procs_fd, &tgid_next, &raw) == 0) {
-      ProcessView& p = process(tgid_next);
+      ProcessView& p = process_view(tgid_next);
       p.launches = raw.launched;
       p.syncs = raw.syncs;
     }
     tgid_key = tgid_next;
     tgid_prev = &tgid_key;
   }
-  for (const auto& e : events_) {
-    if (e.kind != QUANTA_EV_SYNC) continue;
-    process(e.tgid).spans.push_back(SyncSpan{e.tid, e.a, e.ts_ns, e.b, e.c, e.slot != 0});
-  }
-  for (auto& [tgid, p] : view_.processes) {
-    if (p.gpus.empty()) {
-      auto nvml = nvml_.gpus_by_pid().find(static_cast<pid_t>(tgid));
-      if (nvml != nvml_.gpus_by_pid().end()) p.gpus = nvml->second;
-    }
-  }
+}
+
+void Tracer::note_what_is_missing() {
   if (!nvml_.available()) view_.notes.push_back(nvml_.note());
   if (view_.procs_dropped) {
     view_.notes.push_back(std::to_string(view_.procs_dropped) +
@@ -648,12 +692,11 @@ SessionView Tracer::finish() {
                           std::to_string(QUANTA_SESSION_MAX_PROCS) + " the session keeps");
   }
   if (arbiters_.empty()) view_.notes.push_back("no quanta-arbiter runs on this node");
-  return std::move(view_);
 }
 
 void check_options(const SessionOptions& options) {
-  const bool index = !options.gpu.empty() &&
-                     options.gpu.find_first_not_of("0123456789") == std::string::npos;
+  const bool index =
+      !options.gpu.empty() && options.gpu.find_first_not_of("0123456789") == std::string::npos;
   if (!options.gpu.empty() && !index && options.gpu.rfind("GPU-", 0) != 0 &&
       options.gpu.rfind("MIG-", 0) != 0) {
     throw TraceError("--gpu '" + options.gpu +
