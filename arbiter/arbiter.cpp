@@ -213,18 +213,6 @@ void Arbiter::record_node() {
   pods_.save_state();
 }
 
-namespace {
-
-// A previous arbiter's regions that the state file recorded and a tenant still maps: the
-// one reopened through that tenant's mappings, or nullptr. Anything else is never looked at.
-FoundRegion* recorded_region(RecoveryScan& scan, uint64_t inode, const std::string& name) {
-  auto it = inode == 0 ? scan.regions.end() : scan.regions.find(inode);
-  if (it == scan.regions.end() || it->second.name != name || !it->second.fd) return nullptr;
-  return &it->second;
-}
-
-}  // namespace
-
 // Restart recovery, in order: find what the recorded tenants map, read the previous control
 // regions, make this generation's GPUs, re-adopt pods and their live processes, carry their
 // slots and grants over (layout 3, then the previous release's layout 2), then watch them.
@@ -351,18 +339,23 @@ Arbiter::Readoption Arbiter::readopt_pods(const SavedState& saved, RecoveryScan&
     for (uint32_t pi = 0; pi < common::kMaxProcsPerPod; ++pi) {
       const pid_t pid = static_cast<pid_t>(pod->region.pid(pi).load());
       if (pid == 0) continue;
-      // The entry is tenant-writable: adopt only a process this arbiter admitted into this
-      // pod, alive, that maps this very region. Anything else is dead or forged, and
-      // reclaiming it touches only this pod.
-      if (recorded.count(pid) != 0 && unanswered.count(pid) != 0) {
-        pod->entries.set(pi);  // alive but unreadable: keep its memory counted (never under)
+      // The entry is tenant-writable: entry_fate adopts only a process this arbiter admitted
+      // into this pod, alive, that maps this very region.
+      EntryFacts facts;
+      facts.recorded = recorded.count(pid) != 0;
+      facts.unanswered = unanswered.count(pid) != 0;
+      UniqueFd pidfd = facts.recorded && !facts.unanswered ? open_pidfd(pid) : UniqueFd();
+      auto maps = scan.mapped_by.find(pid);
+      facts.alive = static_cast<bool>(pidfd);
+      facts.adopted_already = processes_.count(pid) != 0;
+      facts.maps_region =
+          maps != scan.mapped_by.end() && maps->second.count(pod->region.inode()) != 0;
+      const EntryFate fate = entry_fate(facts);
+      if (fate == EntryFate::kKeepCounted) {
+        pod->entries.set(pi);  // alive but unreadable: its memory stays counted (never under)
         continue;
       }
-      UniqueFd pidfd = recorded.count(pid) != 0 ? open_pidfd(pid) : UniqueFd();
-      auto maps = scan.mapped_by.find(pid);
-      const bool genuine = pidfd && processes_.count(pid) == 0 && maps != scan.mapped_by.end() &&
-                           maps->second.count(pod->region.inode()) != 0;
-      if (!genuine) {
+      if (fate == EntryFate::kReclaim) {
         if (pidfd) {
           spdlog::warn("pod {} lists pid {}, which does not map its region: entry cleared",
                        hosted::printable(pod->key), pid);
@@ -400,11 +393,7 @@ void Arbiter::carry_slots(std::map<uint32_t, ControlSnapshot>& old_controls, uin
     Gpu& gpu = *gpus_[index];
     const common::ControlRegion& old = *snap.get();
     common::ControlRegion& region = *gpu.region.get();
-    std::map<uint32_t, SlotId> by_owner;
-    for (SlotId s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-      const uint32_t owner = old.slots[s].owner.load();
-      if (owner != 0) by_owner.emplace(owner, s);
-    }
+    const std::map<uint32_t, SlotId> by_owner = slots_by_owner(old);
     for (auto& [pid, proc] : processes_) {
       auto found_slot = by_owner.find(owner_of(proc, index));
       if (found_slot == by_owner.end() || proc.slots.count(index) != 0 ||

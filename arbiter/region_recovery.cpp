@@ -125,4 +125,25 @@ RecoveryScan scan_tenant_mappings(const std::string& scope, const std::vector<pi
   return out;
 }
 
+FoundRegion* recorded_region(RecoveryScan& scan, uint64_t inode, const std::string& name) {
+  auto it = inode == 0 ? scan.regions.end() : scan.regions.find(inode);
+  if (it == scan.regions.end() || it->second.name != name || !it->second.fd) return nullptr;
+  return &it->second;
+}
+
+EntryFate entry_fate(const EntryFacts& facts) {
+  if (facts.recorded && facts.unanswered) return EntryFate::kKeepCounted;
+  const bool genuine = facts.recorded && facts.alive && !facts.adopted_already && facts.maps_region;
+  return genuine ? EntryFate::kAdopt : EntryFate::kReclaim;
+}
+
+std::map<uint32_t, uint32_t> slots_by_owner(const common::ControlRegion& previous) {
+  std::map<uint32_t, uint32_t> by_owner;
+  for (uint32_t s = 0; s < common::kMaxSlotsPerGpu; ++s) {
+    const uint32_t owner = previous.slots[s].owner.load(std::memory_order_relaxed);
+    if (owner != 0) by_owner.emplace(owner, s);
+  }
+  return by_owner;
+}
+
 }  // namespace quanta::arbiter
