@@ -14,9 +14,9 @@
 #include <set>
 #include <string>
 
-#include "arbiter/device_access.h"
-#include "arbiter/pod_registry.h"
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/scheduler.h"
+#include "arbiter/state/device_access.h"
+#include "arbiter/state/pod_registry.h"
 #include "common/policy.h"
 #include "common/shm_layout.h"
 #include "common/wire.h"

@@ -20,11 +20,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "arbiter/death_watch.h"
-#include "arbiter/gpu_inventory.h"
-#include "arbiter/observation.h"
-#include "arbiter/region_recovery.h"
-#include "arbiter/unix_socket.h"
+#include "arbiter/loop/death_watch.h"
+#include "arbiter/loop/unix_socket.h"
+#include "arbiter/observing/gpu_inventory.h"
+#include "arbiter/observing/observation.h"
+#include "arbiter/state/region_recovery.h"
 #include "common/clock.h"
 #include "common/futex.h"
 #include "hosted/names.h"

@@ -16,7 +16,7 @@
 #include <cstring>
 #include <string>
 
-#include "arbiter/event_loop.h"
+#include "arbiter/loop/event_loop.h"
 #include "common/clock.h"
 #include "common/nvml_api.h"
 #include "hosted/nvml.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/gpu_inventory.h"
+#include "arbiter/observing/gpu_inventory.h"
 
 namespace quanta::arbiter {
 

@@ -19,8 +19,8 @@
 
 #include "arbiter/arbiter.h"
 #include "arbiter/context_overhead.h"
-#include "arbiter/cpu_priority.h"
-#include "arbiter/gpu_inventory.h"
+#include "arbiter/loop/cpu_priority.h"
+#include "arbiter/observing/gpu_inventory.h"
 #include "common/version.h"
 #include "config/node_config.h"
 

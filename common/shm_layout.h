@@ -3,7 +3,7 @@
 // the gate needs: turns, an opaque owner word per slot, the holder's quantum end) and the
 // per-pod region (the pod's processes write requests, releases, statistics and ledger
 // words; the arbiter writes the pod's caps and each process's quantum there). Both are sealed
-// memfds passed over the tenant socket (arbiter/regions.h). Fixed layout, magic and
+// memfds passed over the tenant socket (arbiter/state/regions.h). Fixed layout, magic and
 // version first; every field has one writer. Freestanding: no heap, no std::string.
 #pragma once
 
@@ -53,7 +53,7 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free);
 struct alignas(64) ControlSlot {
   std::atomic<uint32_t> turn;
   // Whose slot it is: a word the arbiter derives from the process and a secret of its own
-  // (arbiter/slot_owner.h) and sends the process in its Attached reply; 0 = slot free. A
+  // (arbiter/state/slot_owner.h) and sends the process in its Attached reply; 0 = slot free. A
   // process whose owner word no longer matches has lost the slot. To others it says only
   // that the slot is in use: no pid, pod or policy of any tenant is in this region.
   std::atomic<uint32_t> owner;

@@ -6,8 +6,8 @@
 #include <memory>
 #include <string>
 
-#include "arbiter/accounting.h"
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/accounting.h"
+#include "arbiter/scheduling/scheduler.h"
 
 namespace quanta::arbiter {
 namespace {

@@ -1,7 +1,7 @@
 // The arbiter's nice value: set for the calling thread and inherited by the threads it
 // starts after, refused with what it needs. Each case runs in a child process, which
 // keeps the test process's own priority.
-#include "arbiter/cpu_priority.h"
+#include "arbiter/loop/cpu_priority.h"
 
 #include <sys/resource.h>
 #include <sys/wait.h>

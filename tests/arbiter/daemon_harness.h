@@ -27,8 +27,8 @@
 #include <thread>
 #include <vector>
 
-#include "arbiter/death_watch.h"
-#include "arbiter/unix_socket.h"
+#include "arbiter/loop/death_watch.h"
+#include "arbiter/loop/unix_socket.h"
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/wire.h"

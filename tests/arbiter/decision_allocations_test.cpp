@@ -8,8 +8,8 @@
 #include <new>
 #include <string>
 
-#include "arbiter/accounting.h"
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/accounting.h"
+#include "arbiter/scheduling/scheduler.h"
 #include "common/clock.h"
 
 namespace {

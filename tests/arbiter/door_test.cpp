@@ -9,13 +9,13 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/admin_protocol.h"
-#include "arbiter/device_access.h"
-#include "arbiter/log_limit.h"
-#include "arbiter/region_recovery.h"
-#include "arbiter/regions.h"
-#include "arbiter/state_file.h"
-#include "arbiter/tenant_protocol.h"
+#include "arbiter/loop/log_limit.h"
+#include "arbiter/serving/admin_protocol.h"
+#include "arbiter/serving/tenant_protocol.h"
+#include "arbiter/state/device_access.h"
+#include "arbiter/state/region_recovery.h"
+#include "arbiter/state/regions.h"
+#include "arbiter/state/state_file.h"
 #include "common/version.h"
 #include "common/wire.h"
 #include "hosted/names.h"

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/scheduler.h"
 #include "common/clock.h"
 
 namespace quanta::arbiter {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "arbiter/event_loop.h"
+#include "arbiter/loop/event_loop.h"
 #include "common/clock.h"
 
 namespace quanta::arbiter {

@@ -2,7 +2,7 @@
 // arbiter builds it, with accounting fed from the real Scheduler: the figures behind /metrics
 // and `quantactl top` (figures_of), and the top and explain answers (admin_views.cpp). No
 // daemon, socket or region: what a view says, and what the observer makes of it.
-#include "arbiter/figures.h"
+#include "arbiter/observing/figures.h"
 
 #include <gtest/gtest.h>
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/admin_views.h"
-#include "arbiter/node_view.h"
+#include "arbiter/observing/admin_views.h"
+#include "arbiter/observing/node_view.h"
 #include "tests/arbiter/timeline.h"
 
 namespace quanta::arbiter {

@@ -12,13 +12,13 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "arbiter/accounting.h"
-#include "arbiter/capacity.h"
-#include "arbiter/figures.h"
-#include "arbiter/metrics_text.h"
-#include "arbiter/scheduler.h"
-#include "arbiter/tenant_protocol.h"
-#include "arbiter/wait_budget.h"
+#include "arbiter/observing/capacity.h"
+#include "arbiter/observing/figures.h"
+#include "arbiter/observing/metrics_text.h"
+#include "arbiter/observing/wait_budget.h"
+#include "arbiter/scheduling/accounting.h"
+#include "arbiter/scheduling/scheduler.h"
+#include "arbiter/serving/tenant_protocol.h"
 #include "common/wire.h"
 #include "config/node_config.h"
 #include "tests/arbiter/sched_sim.h"

@@ -2,8 +2,8 @@
 // descriptor goes where the arbiter says, so freeing its blocks never waits on the event
 // loop; only root reads it), the binding of a pod's name to its uid, and registrations that
 // outlive their containers (reaped, bounded, cheap to save).
-#include "arbiter/pod_registry.h"
-#include "arbiter/state_file.h"
+#include "arbiter/state/pod_registry.h"
+#include "arbiter/state/state_file.h"
 #include "tests/support/temp_dir.h"
 
 #include <fcntl.h>

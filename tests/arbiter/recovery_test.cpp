@@ -7,7 +7,7 @@
 
 #include <memory>
 
-#include "arbiter/region_recovery.h"
+#include "arbiter/state/region_recovery.h"
 
 namespace quanta::arbiter {
 namespace {

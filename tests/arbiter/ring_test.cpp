@@ -1,6 +1,6 @@
-// The arbiter's first-in, first-out ring (arbiter/ring.h): order kept across wrap-around and
+// The arbiter's first-in, first-out ring (arbiter/scheduling/ring.h): order kept across wrap-around and
 // growth, and no new storage once it is as long as it gets.
-#include "arbiter/ring.h"
+#include "arbiter/scheduling/ring.h"
 
 #include <gtest/gtest.h>
 

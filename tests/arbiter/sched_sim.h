@@ -20,7 +20,7 @@
 #include <set>
 #include <vector>
 
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/scheduler.h"
 #include "common/clock.h"
 
 namespace quanta::arbiter::testing {

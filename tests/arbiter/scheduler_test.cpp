@@ -3,7 +3,7 @@
 // holders, overrun charging, lag bound, strict priorities, ceilings, guaranteed minimums,
 // arrivals beside tenants that are active but not served, and GPU time that must be
 // charged whoever's words say otherwise.
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/scheduler.h"
 
 #include <gtest/gtest.h>
 

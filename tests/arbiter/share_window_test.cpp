@@ -1,6 +1,6 @@
 // UsageLog sums over sliding windows (shared stretches count 1/n) and the guarantee's
 // token bucket (earns only while earning, capped at one window's worth, spent exactly).
-#include "arbiter/share_window.h"
+#include "arbiter/scheduling/share_window.h"
 
 #include <gtest/gtest.h>
 

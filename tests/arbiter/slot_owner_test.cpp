@@ -1,6 +1,6 @@
 // The owner words of control slots: SipHash-2-4 as its authors' reference vectors give it,
 // words that differ per process and GPU and are never 0, and the key's text in the state file.
-#include "arbiter/slot_owner.h"
+#include "arbiter/state/slot_owner.h"
 
 #include <gtest/gtest.h>
 

@@ -7,7 +7,7 @@
 #include <set>
 #include <string>
 
-#include "arbiter/admin_views.h"
+#include "arbiter/observing/admin_views.h"
 #include "tests/support/temp_dir.h"
 
 namespace quanta::arbiter {

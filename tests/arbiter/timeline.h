@@ -7,8 +7,8 @@
 #include <memory>
 #include <string>
 
-#include "arbiter/accounting.h"
-#include "arbiter/scheduler.h"
+#include "arbiter/scheduling/accounting.h"
+#include "arbiter/scheduling/scheduler.h"
 #include "common/policy.h"
 
 namespace quanta::arbiter {

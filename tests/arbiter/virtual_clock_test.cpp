@@ -2,7 +2,7 @@
 // waking member keeps at most the lag of credit, members that are not contending cannot
 // hold a lane's floor back, charges are exact over many small pieces, and renormalisation
 // keeps every order and difference within a lane.
-#include "arbiter/virtual_clock.h"
+#include "arbiter/scheduling/virtual_clock.h"
 
 #include <gtest/gtest.h>
 

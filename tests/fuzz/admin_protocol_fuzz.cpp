@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "arbiter/admin_protocol.h"
+#include "arbiter/serving/admin_protocol.h"
 #include "hosted/names.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

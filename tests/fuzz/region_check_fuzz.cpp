@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/device_access.h"
-#include "arbiter/region_recovery.h"
-#include "arbiter/regions.h"
+#include "arbiter/state/device_access.h"
+#include "arbiter/state/region_recovery.h"
+#include "arbiter/state/regions.h"
 #include "common/shm_layout.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

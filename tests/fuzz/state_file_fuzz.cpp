@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "arbiter/state_file.h"
+#include "arbiter/state/state_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "arbiter/tenant_protocol.h"
+#include "arbiter/serving/tenant_protocol.h"
 #include "common/wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
