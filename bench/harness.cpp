@@ -88,7 +88,7 @@ nlohmann::json admin_request(const std::string& socket_path, const nlohmann::jso
 
 std::string shim_refusal(const std::string& stderr_text) {
   // The shim's own words where it runs a process ungated because the arbiter would not
-  // place it (shim/session.cpp); a lapsed lease or an arbiter restart are not refusals.
+  // place it (shim/link/session.cpp); a lapsed lease or an arbiter restart are not refusals.
   static const char* const kRefusals[] = {"the arbiter refused this process",
                                           "the restarted arbiter refused this process",
                                           "the arbiter did not attach",

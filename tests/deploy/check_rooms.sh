@@ -6,7 +6,7 @@ set -u
 src=$1
 shift
 rooms=("$@")
-[ ${#rooms[@]} -gt 0 ] || rooms=(common hosted config arbiter arbiter/scheduling arbiter/state arbiter/serving arbiter/observing arbiter/loop quantactl hooks shim bpf bench tests tests/support)
+[ ${#rooms[@]} -gt 0 ] || rooms=(common hosted config arbiter arbiter/scheduling arbiter/state arbiter/serving arbiter/observing arbiter/loop quantactl hooks shim shim/interpose shim/link shim/base bpf bench tests tests/support)
 missing=0
 for room in "${rooms[@]}"; do
   readme="$src/$room/README.md"

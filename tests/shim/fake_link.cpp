@@ -11,10 +11,10 @@
 #include <cstring>
 
 #include "common/policy.h"
-#include "shim/devices.h"
+#include "shim/base/options.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/real_driver.h"
 #include "shim/link.h"
-#include "shim/options.h"
-#include "shim/real_driver.h"
 #include "tests/shim/fake_ledger.h"
 
 namespace quanta::shim {

@@ -1,11 +1,11 @@
-// Unit tests of the device thread's watch over unused grants (shim/grant_watch.cpp), over a
+// Unit tests of the device thread's watch over unused grants (shim/link/grant_watch.cpp), over a
 // control region and gate channel of the test's own, with the doorbell counted.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <memory>
 
-#include "shim/link_state.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

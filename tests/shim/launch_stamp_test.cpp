@@ -1,5 +1,5 @@
-// Unit tests of how a launch is counted and stamped (note_launch in shim/link_state.h, the
-// rest in shim/activity.cpp), over a control region and gate channel of the test's own. The
+// Unit tests of how a launch is counted and stamped (note_launch in shim/link/link_state.h, the
+// rest in shim/link/activity.cpp), over a control region and gate channel of the test's own. The
 // coarse clock is the test's: this binary defines clock_gettime, so CLOCK_MONOTONIC_COARSE
 // reads are counted and answer the tick the test sets; other clocks ask the kernel.
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "shim/link_state.h"
+#include "shim/link/link_state.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Unit tests of the arbiter link's context table (shim/contexts.cpp), in-process over stubs
+// Unit tests of the arbiter link's context table (shim/link/contexts.cpp), in-process over stubs
 // of the rooms it calls (session: every context binds to device 0's binding; devices; of the
 // real driver only the device count and the current context, so draining does nothing).
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <string>
 
-#include "shim/link_state.h"
-#include "shim/log.h"
+#include "shim/base/log.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

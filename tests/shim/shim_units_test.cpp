@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "shim/allocation_table.h"
-#include "shim/charge.h"
-#include "shim/options.h"
-#include "shim/pod_ledger.h"
+#include "shim/base/options.h"
+#include "shim/interpose/allocation_table.h"
+#include "shim/interpose/charge.h"
+#include "shim/interpose/pod_ledger.h"
 
 namespace quanta::shim {
 

@@ -13,13 +13,13 @@
 #include <cstring>
 
 #include "common/wire.h"
-#include "shim/charge.h"
-#include "shim/devices.h"
-#include "shim/link_state.h"
-#include "shim/log.h"
-#include "shim/options.h"
-#include "shim/pod_ledger.h"
-#include "shim/text.h"
+#include "shim/base/log.h"
+#include "shim/base/options.h"
+#include "shim/base/text.h"
+#include "shim/interpose/charge.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/pod_ledger.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

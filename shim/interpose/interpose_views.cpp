@@ -3,12 +3,12 @@
 // because usage passed the cap; a process without a cap sees the real values. NVML
 // answers the same for the same physical device (matched by UUID).
 #define __CUDA_API_VERSION_INTERNAL 1
-#include "shim/devices.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/pod_ledger.h"
+#include "shim/interpose/real_driver.h"
+#include "shim/interpose/views.h"
 #include "shim/interposed.h"
 #include "shim/link.h"
-#include "shim/pod_ledger.h"
-#include "shim/real_driver.h"
-#include "shim/views.h"
 
 using namespace quanta::shim;
 

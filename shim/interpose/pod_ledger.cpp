@@ -1,5 +1,5 @@
 // PodLedger: the compare-and-swap loop against the cap and the saturating release.
-#include "shim/pod_ledger.h"
+#include "shim/interpose/pod_ledger.h"
 
 namespace quanta::shim {
 

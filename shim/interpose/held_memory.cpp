@@ -3,17 +3,17 @@
 // only by captures, graph calls and synchronisations, never by a launch of a plain kernel
 // or the ledger's reserve) take a mutex.
 #define __CUDA_API_VERSION_INTERNAL 1
-#include "shim/held_memory.h"
+#include "shim/interpose/held_memory.h"
 
 #include <pthread.h>
 
 #include <atomic>
 
-#include "shim/allocation_table.h"
-#include "shim/charge.h"
-#include "shim/log.h"
-#include "shim/pod_ledger.h"
-#include "shim/real_driver.h"
+#include "shim/base/log.h"
+#include "shim/interpose/allocation_table.h"
+#include "shim/interpose/charge.h"
+#include "shim/interpose/pod_ledger.h"
+#include "shim/interpose/real_driver.h"
 
 namespace quanta::shim {
 

@@ -5,13 +5,13 @@
 // entry out before the driver may hand the same address out again), so an insert may
 // reuse the first tombstone it meets. A search ends at a never-used slot or at the end of
 // the window, whichever comes first.
-#include "shim/allocation_table.h"
+#include "shim/interpose/allocation_table.h"
 
 #include <sched.h>
 #include <sys/mman.h>
 
-#include "shim/log.h"
-#include "shim/spin.h"
+#include "shim/base/log.h"
+#include "shim/base/spin.h"
 
 namespace quanta::shim {
 

@@ -5,11 +5,11 @@
 // lock so two threads registering at once never make two entries.
 #include <sched.h>
 
-#include "shim/devices.h"
-#include "shim/link_state.h"
-#include "shim/log.h"
-#include "shim/real_driver.h"
-#include "shim/spin.h"
+#include "shim/base/log.h"
+#include "shim/base/spin.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/real_driver.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

@@ -1,12 +1,12 @@
 // Device and context queries through the real driver, with a small per-ordinal UUID cache.
 #define __CUDA_API_VERSION_INTERNAL 1
-#include "shim/devices.h"
+#include "shim/interpose/devices.h"
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 
-#include "shim/real_driver.h"
+#include "shim/interpose/real_driver.h"
 
 namespace quanta::shim {
 

@@ -1,13 +1,13 @@
 // Charge, refund, the context sweep, and the two passes over the allocation table: charging
 // what was allocated before joining, and moving every charge into a fresh ledger after an
 // arbiter restart that could not re-adopt the old one.
-#include "shim/charge.h"
+#include "shim/interpose/charge.h"
 
 #include <atomic>
 
-#include "shim/held_memory.h"
-#include "shim/log.h"
-#include "shim/pod_ledger.h"
+#include "shim/base/log.h"
+#include "shim/interpose/held_memory.h"
+#include "shim/interpose/pod_ledger.h"
 
 namespace quanta::shim {
 

@@ -1,6 +1,6 @@
 // The shim's logger: formats with vsnprintf into a stack buffer and writes one line to
 // stderr with a single write(2), so concurrent lines do not interleave mid-line.
-#include "shim/log.h"
+#include "shim/base/log.h"
 
 #include <unistd.h>
 
@@ -8,7 +8,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "shim/options.h"
+#include "shim/base/options.h"
 
 namespace quanta::shim {
 

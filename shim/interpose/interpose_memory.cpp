@@ -16,14 +16,14 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <atomic>
 
-#include "shim/charge.h"
-#include "shim/devices.h"
-#include "shim/held_memory.h"
+#include "shim/base/log.h"
+#include "shim/base/options.h"
+#include "shim/interpose/charge.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/held_memory.h"
+#include "shim/interpose/pod_ledger.h"
+#include "shim/interpose/real_driver.h"
 #include "shim/interposed.h"
-#include "shim/log.h"
-#include "shim/options.h"
-#include "shim/pod_ledger.h"
-#include "shim/real_driver.h"
 
 using namespace quanta::shim;
 

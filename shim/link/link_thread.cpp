@@ -14,9 +14,9 @@
 
 #include "common/futex.h"
 #include "common/wire.h"
-#include "shim/link_state.h"
-#include "shim/log.h"
-#include "shim/spin.h"
+#include "shim/base/log.h"
+#include "shim/base/spin.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

@@ -1,13 +1,13 @@
 // Resolution of the real libcuda.so.1 and libnvidia-ml.so.1: dlopen with RTLD_NOLOAD
 // first (the program linked or opened them already), then a plain dlopen, which searches
 // past the preloaded shim. Every entry found is checked not to lie in the shim itself.
-#include "shim/real_driver.h"
+#include "shim/interpose/real_driver.h"
 
 #include <dlfcn.h>
 
 #include <cstring>
 
-#include "shim/log.h"
+#include "shim/base/log.h"
 
 namespace quanta::shim {
 

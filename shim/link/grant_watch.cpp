@@ -1,7 +1,7 @@
 // The device thread's watch over a grant made while others wait: if the process launches
 // nothing under it for idle_release, the thread rings the doorbell once, so the arbiter need
 // not wake at every switch to look at the fresh holder (kAttachReportsUnusedGrant).
-#include "shim/link_state.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

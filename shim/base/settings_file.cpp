@@ -1,6 +1,6 @@
 // Loading and splitting the shim's settings files. System calls only (open, read, close),
 // so it runs before anything in the process is initialised.
-#include "shim/settings_file.h"
+#include "shim/base/settings_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -6,9 +6,9 @@
 #include <sys/sdt.h>
 
 #include "common/futex.h"
-#include "shim/link_state.h"
-#include "shim/log.h"
-#include "shim/spin.h"
+#include "shim/base/log.h"
+#include "shim/base/spin.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

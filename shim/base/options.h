@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "shim/log.h"
+#include "shim/base/log.h"
 
 namespace quanta::shim {
 

@@ -14,8 +14,8 @@
 
 #include "common/clock.h"
 #include "common/shm_layout.h"
-#include "shim/arbiter_wire.h"
 #include "shim/link.h"
+#include "shim/link/arbiter_wire.h"
 
 namespace quanta::shim {
 

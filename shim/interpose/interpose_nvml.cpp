@@ -6,10 +6,10 @@
 #include <cstring>
 
 #include "common/nvml_api.h"
-#include "shim/devices.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/real_driver.h"
+#include "shim/interpose/views.h"
 #include "shim/interposed.h"
-#include "shim/real_driver.h"
-#include "shim/views.h"
 
 using namespace quanta::shim;
 

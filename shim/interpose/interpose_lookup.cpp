@@ -15,10 +15,10 @@
 #include <atomic>
 #include <cstring>
 
+#include "shim/base/log.h"
+#include "shim/base/options.h"
+#include "shim/interpose/real_driver.h"
 #include "shim/interposed.h"
-#include "shim/log.h"
-#include "shim/options.h"
-#include "shim/real_driver.h"
 
 using namespace quanta::shim;
 

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "shim/allocation_table.h"
+#include "shim/interpose/allocation_table.h"
 #include "shim/link.h"
 
 namespace quanta::shim {

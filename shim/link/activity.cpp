@@ -29,8 +29,8 @@
 // otherwise about once per coarse clock tick (4 ms here; note_launch reads that clock only
 // every few launches of a thread that keeps launching), which keeps the untracked estimate
 // alive. The gap average divides the time between stamps by the launches between them.
-#include "shim/link_state.h"
-#include "shim/real_driver.h"
+#include "shim/interpose/real_driver.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

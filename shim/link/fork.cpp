@@ -1,6 +1,6 @@
 // Fork: the child is a new process to the arbiter. It keeps no link (no connection, no
 // link thread, no slots) and connects lazily at its own first CUDA call.
-#include "shim/link_state.h"
+#include "shim/link/link_state.h"
 
 namespace quanta::shim {
 

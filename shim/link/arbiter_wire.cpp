@@ -1,6 +1,6 @@
 // Socket and region plumbing for the arbiter link: SOCK_SEQPACKET with SCM_RIGHTS, and
 // mmap of the regions the arbiter passes, each checked before anything reads it.
-#include "shim/arbiter_wire.h"
+#include "shim/link/arbiter_wire.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

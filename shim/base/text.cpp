@@ -1,5 +1,5 @@
 // copy_text and describe_errno: no allocation, no locale.
-#include "shim/text.h"
+#include "shim/base/text.h"
 
 #include <cerrno>
 #include <cstring>

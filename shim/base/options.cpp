@@ -1,7 +1,7 @@
 // Reads the node's settings files, then the QUANTA_* variables, once. Values that do not
 // parse keep their default, variables an enforcing node does not honour are dropped, and
 // each is reported once the options are published (logging reads the options itself).
-#include "shim/options.h"
+#include "shim/base/options.h"
 
 #include <atomic>
 #include <cstdarg>
@@ -10,9 +10,9 @@
 #include <cstring>
 
 #include "common/policy.h"
-#include "shim/settings_file.h"
-#include "shim/spin.h"
-#include "shim/text.h"
+#include "shim/base/settings_file.h"
+#include "shim/base/spin.h"
+#include "shim/base/text.h"
 
 namespace quanta::shim {
 

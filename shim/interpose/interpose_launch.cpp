@@ -4,11 +4,11 @@
 // thread's own line (link_gate_enter_sole). Otherwise the link's gate, after one
 // cuCtxGetCurrent where the process sees several devices.
 #define __CUDA_API_VERSION_INTERNAL 1
-#include "shim/devices.h"
-#include "shim/held_memory.h"
+#include "shim/interpose/devices.h"
+#include "shim/interpose/held_memory.h"
+#include "shim/interpose/real_driver.h"
 #include "shim/interposed.h"
 #include "shim/link.h"
-#include "shim/real_driver.h"
 
 using namespace quanta::shim;
 
