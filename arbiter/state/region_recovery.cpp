@@ -140,7 +140,7 @@ EntryFate entry_fate(const EntryFacts& facts) {
 std::map<uint32_t, uint32_t> slots_by_owner(const common::ControlRegion& previous) {
   std::map<uint32_t, uint32_t> by_owner;
   for (uint32_t s = 0; s < common::kMaxSlotsPerGpu; ++s) {
-    const uint32_t owner = previous.slots[s].owner.load(std::memory_order_relaxed);
+    const uint32_t owner = previous.slots[s].owner.load();
     if (owner != 0) by_owner.emplace(owner, s);
   }
   return by_owner;
