@@ -98,6 +98,10 @@ AdminReply admin_request(const std::string& socket_path, const nlohmann::json& r
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && wait_for(fd.get(), POLLOUT, deadline)) continue;
+    // An arbiter that refuses a caller (not root, too many clients) writes its reason and
+    // closes without reading the request: that reason is already queued here, so it is
+    // read below rather than lost to a broken pipe.
+    if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) break;
     reply.reason = "cannot send to " + where + (n < 0 ? std::string(": ") + errno_text(errno)
                                                       : std::string(" within the deadline"));
     return reply;

@@ -50,6 +50,21 @@ uint64_t process_start_time(pid_t pid) {
   return std::strtoull(field.c_str(), nullptr, 10);
 }
 
+namespace {
+
+// Why a peer could not be held: gone, or (with `error` EMFILE or ENFILE, from the pidfd or
+// the /proc read that failed) the arbiter's own descriptor limit, which an operator must be
+// told as such rather than as a caller that went away.
+std::string not_held(const std::string& whom, int error) {
+  if (error == EMFILE || error == ENFILE)
+    return "cannot hold " + whom + " by a pidfd: " + std::strerror(error) +
+           " (the arbiter is out of file descriptors; raise its RLIMIT_NOFILE or see what holds them)";
+  if (error == 0 || error == ESRCH || error == ENOENT) return whom + " has exited";
+  return "cannot hold " + whom + " by a pidfd: " + std::strerror(error);
+}
+
+}  // namespace
+
 bool identify_peer(int socket_fd, bool allow_peer_pidfd, PeerIdentity* out, std::string* why) {
   ucred cred{};
   socklen_t len = sizeof(cred);
@@ -61,29 +76,45 @@ bool identify_peer(int socket_fd, bool allow_peer_pidfd, PeerIdentity* out, std:
   if (allow_peer_pidfd) {
     int pidfd = -1;
     len = sizeof(pidfd);
+    errno = 0;
     if (getsockopt(socket_fd, SOL_SOCKET, SO_PEERPIDFD, &pidfd, &len) == 0 && pidfd >= 0) {
       out->method = IdentityMethod::kPeerPidfd;
       out->pidfd.reset(pidfd);
       fcntl(pidfd, F_SETFD, FD_CLOEXEC);
-      out->pid = pid_of_pidfd(pidfd);
-      if (out->pid <= 0 || !peer_alive(*out)) {
+      if (!peer_alive(*out)) {
         *why = "the process that connected has exited";
+        return false;
+      }
+      errno = 0;
+      out->pid = pid_of_pidfd(pidfd);  // reads /proc/self/fdinfo: needs a descriptor too
+      if (out->pid <= 0) {
+        *why = not_held("the process that connected", errno);
         return false;
       }
       return true;
     }
     if (errno != ENOPROTOOPT && errno != EINVAL) {
-      // ESRCH and the like: the connecting process is gone.
-      *why = std::string("the process that connected is gone (") + std::strerror(errno) + ")";
+      *why = not_held("the process that connected", errno);
       return false;
     }
   }
   out->method = IdentityMethod::kStartTime;
   out->pid = cred.pid;
+  const std::string whom = "pid " + std::to_string(cred.pid);
+  errno = 0;
   out->start_time = process_start_time(cred.pid);
+  if (out->start_time == 0) {
+    *why = not_held(whom, errno);
+    return false;
+  }
   out->pidfd = open_pidfd(cred.pid);
-  if (!out->pidfd || out->start_time == 0 || !peer_alive(*out)) {
-    *why = "pid " + std::to_string(cred.pid) + " has exited";
+  if (!out->pidfd) {
+    *why = not_held(whom, errno);
+    return false;
+  }
+  errno = 0;
+  if (!peer_alive(*out)) {
+    *why = not_held(whom, errno);
     return false;
   }
   return true;

@@ -21,11 +21,17 @@
 namespace quanta::hosted {
 namespace {
 
-// A listening socket whose one connection is answered with `answer` (nothing when empty)
-// after the request line arrives, then held open until the test ends.
+// How the fake arbiter treats its one connection: it answers once the request line has
+// arrived and holds the connection open, or it answers at once and closes without reading
+// (as the arbiter refuses a caller it will not serve).
+enum class Answers { kAfterTheRequest, kAtOnceAndCloses };
+
+// A listening socket whose one connection is answered with `answer` (nothing when empty).
 class FakeAdminSocket {
  public:
-  FakeAdminSocket(const std::string& path, std::string answer) : answer_(std::move(answer)) {
+  FakeAdminSocket(const std::string& path, std::string answer,
+                  Answers answers = Answers::kAfterTheRequest)
+      : answer_(std::move(answer)), answers_(answers) {
     listener_ = UniqueFd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
@@ -45,13 +51,15 @@ class FakeAdminSocket {
     if (!peer) return;
     std::string request;
     char c = 0;
-    while (::read(peer.get(), &c, 1) == 1 && c != '\n') request += c;
+    if (answers_ == Answers::kAfterTheRequest)
+      while (::read(peer.get(), &c, 1) == 1 && c != '\n') request += c;
     for (size_t sent = 0; sent < answer_.size();) {
       const ssize_t n =
           ::send(peer.get(), answer_.data() + sent, answer_.size() - sent, MSG_NOSIGNAL);
       if (n <= 0) return;
       sent += static_cast<size_t>(n);
     }
+    if (answers_ == Answers::kAtOnceAndCloses) return;
     // Held open: the client decides when it has read enough (or waited long enough).
     while (::read(peer.get(), &c, 1) > 0) {
     }
@@ -59,6 +67,7 @@ class FakeAdminSocket {
 
   UniqueFd listener_;
   std::string answer_;
+  Answers answers_;
   std::thread server_;
 };
 
@@ -109,6 +118,21 @@ TEST(AdminClient, ARefusedConnectKeepsItsErrnoAndARefusalItsErrorLine) {
   EXPECT_EQ(reply.outcome, AdminOutcome::kRefused);
   EXPECT_EQ(reply.reason, "no pod p");
   EXPECT_EQ(reply.connect_error, 0);
+}
+
+// A refusal the arbiter sends before it closes is the caller's answer even when its request
+// was still being sent: the caller reports the reason ("too many admin clients") rather
+// than a broken pipe, and is not killed by SIGPIPE.
+TEST(AdminClient, ARefusalSentBeforeTheRequestWasReadIsStillTheAnswer) {
+  test_support::TempDir dir("quanta-admin-client");
+  FakeAdminSocket arbiter(dir.file("admin.sock"),
+                          "{\"ok\":false,\"error\":\"too many admin clients (64)\"}\n",
+                          Answers::kAtOnceAndCloses);
+  // Larger than a socket buffer, so the send is still under way when the arbiter closes.
+  const nlohmann::json request = {{"cmd", "status"}, {"pad", std::string(8 << 20, 'x')}};
+  const AdminReply reply = admin_request(dir.file("admin.sock"), request, 10'000'000'000);
+  EXPECT_EQ(reply.outcome, AdminOutcome::kRefused) << reply.reason;
+  EXPECT_EQ(reply.reason, "too many admin clients (64)");
 }
 
 }  // namespace

@@ -26,6 +26,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "hosted/admin_client.h"
+
 extern char** environ;
 
 namespace quanta::integration {
@@ -229,28 +231,12 @@ std::set<pid_t> World::connected_pids() const {
 }
 
 nlohmann::json World::admin(const nlohmann::json& request) const {
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::snprintf(address.sun_path, sizeof address.sun_path, "%s", admin_socket_.c_str());
-  nlohmann::json failed = {{"ok", false}, {"error", "admin socket unreachable"}};
-  if (fd < 0) return failed;
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
-    close(fd);
-    return failed;
-  }
-  const std::string line = request.dump() + "\n";
-  std::string in;
-  if (write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size())) {
-    char buf[8192];
-    ssize_t n;
-    while (in.find('\n') == std::string::npos && (n = read(fd, buf, sizeof buf)) > 0) in.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  nlohmann::json out = nlohmann::json::parse(in.substr(0, in.find('\n')), nullptr, false);
-  return out.is_object() ? out : failed;
+  // The client quantactl and the hook use: a refusal comes back as the arbiter's error
+  // line, a broken or silent connection as an error naming it, never as SIGPIPE.
+  const hosted::AdminReply reply =
+      hosted::admin_request(admin_socket_, request, 5'000'000'000, hosted::kStatusAnswerBytes);
+  if (reply.outcome != hosted::AdminOutcome::kUnreachable) return reply.response;
+  return {{"ok", false}, {"error", "admin socket unreachable: " + reply.reason}};
 }
 
 std::string World::arbiter_log() const {
