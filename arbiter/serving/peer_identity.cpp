@@ -6,11 +6,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string>
 
 #include "arbiter/loop/death_watch.h"
 
@@ -20,34 +20,58 @@
 
 namespace quanta::arbiter {
 
-pid_t pid_of_pidfd(int pidfd) {
-  char path[64];
-  std::snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("Pid:", 0) == 0) {
-      long pid = std::strtol(line.c_str() + 4, nullptr, 10);
-      return static_cast<pid_t>(pid);
+namespace {
+
+// A small /proc file read whole by open(2) and read(2): empty when it cannot be opened, with
+// errno left as the open failed (EMFILE when the arbiter is out of descriptors) for the
+// caller to name.
+std::string read_proc_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string text;
+  char buf[1024];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      text.append(buf, static_cast<size_t>(n));
+      continue;
     }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  const int error = errno;
+  ::close(fd);
+  errno = error;
+  return text;
+}
+
+}  // namespace
+
+pid_t pid_of_pidfd(int pidfd) {
+  const std::string text = read_proc_file("/proc/self/fdinfo/" + std::to_string(pidfd));
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    if (text.compare(at, 4, "Pid:") == 0)
+      return static_cast<pid_t>(std::strtol(text.c_str() + at + 4, nullptr, 10));
+    at = end + 1;
   }
   return 0;
 }
 
 uint64_t process_start_time(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(in, text);
+  const std::string text = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
   // The command name may hold spaces and parentheses: fields start after the last ')'.
   const auto paren = text.rfind(')');
   if (paren == std::string::npos) return 0;
-  std::istringstream fields(text.substr(paren + 1));
-  std::string field;
   // After ')' come field 3 (state) onwards; start time is field 22.
-  for (int i = 3; i <= 22; ++i) {
-    if (!(fields >> field)) return 0;
+  size_t at = paren + 1;
+  for (int field = 3;; ++field) {
+    at = text.find_first_not_of(' ', at);
+    if (at == std::string::npos) return 0;
+    if (field == 22) return std::strtoull(text.c_str() + at, nullptr, 10);
+    at = text.find(' ', at);
+    if (at == std::string::npos) return 0;
   }
-  return std::strtoull(field.c_str(), nullptr, 10);
 }
 
 namespace {
