@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "arbiter/loop/death_watch.h"
+#include "hosted/errno_text.h"
 
 #ifndef SO_PEERPIDFD
 #define SO_PEERPIDFD 77
@@ -81,10 +81,10 @@ namespace {
 // told as such rather than as a caller that went away.
 std::string not_held(const std::string& whom, int error) {
   if (error == EMFILE || error == ENFILE)
-    return "cannot hold " + whom + " by a pidfd: " + std::strerror(error) +
+    return "cannot hold " + whom + " by a pidfd: " + hosted::errno_text(error) +
            " (the arbiter is out of file descriptors; raise its RLIMIT_NOFILE or see what holds them)";
   if (error == 0 || error == ESRCH || error == ENOENT) return whom + " has exited";
-  return "cannot hold " + whom + " by a pidfd: " + std::strerror(error);
+  return "cannot hold " + whom + " by a pidfd: " + hosted::errno_text(error);
 }
 
 }  // namespace
