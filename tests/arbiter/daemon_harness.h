@@ -32,6 +32,7 @@
 #include "common/clock.h"
 #include "common/shm_layout.h"
 #include "common/wire.h"
+#include "hosted/admin_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace quanta::arbiter::testing {
@@ -230,18 +231,13 @@ class Daemon {
 
   bool alive() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
 
+  // Through the client quantactl and the hook use: a refusal comes back as the arbiter's
+  // error line, a closed or silent socket as an error naming it (5 s for the whole exchange).
   json admin(const json& req) {
-    UniqueFd fd = connect_unix(admin_socket(), SOCK_STREAM);
-    std::string line = req.dump() + "\n";
-    EXPECT_EQ(::write(fd.get(), line.data(), line.size()), static_cast<ssize_t>(line.size()));
-    std::string in;
-    char buf[8192];
-    while (in.find('\n') == std::string::npos) {
-      ssize_t n = ::read(fd.get(), buf, sizeof(buf));
-      if (n <= 0) return json{{"ok", false}, {"error", "closed"}};
-      in.append(buf, static_cast<size_t>(n));
-    }
-    return json::parse(in.substr(0, in.find('\n')));
+    const hosted::AdminReply reply =
+        hosted::admin_request(admin_socket(), req, 5'000'000'000, hosted::kStatusAnswerBytes);
+    if (reply.outcome != hosted::AdminOutcome::kUnreachable) return reply.response;
+    return json{{"ok", false}, {"error", "admin socket unreachable: " + reply.reason}};
   }
 
   std::vector<std::string> uuids() {
