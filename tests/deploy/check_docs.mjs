@@ -5,6 +5,9 @@
 // every quanta.dev/* annotation the docs and the example pods use is one the annotation
 // parser accepts (apply_policy_value, which quanta-hook and `quantactl set` share), each
 // is defined by exactly one table row in docs/, and the examples' values pass it. `alerts`: the operator guide's alert table lists exactly the rules.
+// `results`: every results/<file>.md or .json that README.md, SECURITY.md, docs/, bench/ and
+// bench/results/ cite is in bench/results/ (a path given to a recorded command's option,
+// `--results FILE`, is what that run wrote, not a citation); it needs no build.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -194,7 +197,30 @@ if (mode === "versions") {
   }
 }
 
-if (!["config", "metrics", "annotations", "alerts", "versions"].includes(mode)) {
-  report.fail(`usage: check_docs.mjs config|metrics|annotations|alerts|versions (got ${mode})`);
+if (mode === "results") {
+  // Dated runs keep a summary and only some keep their JSON, so a page can point at a file
+  // that is gone. Each citation is named with its file and line.
+  const dir = path.join(root, "bench/results");
+  const kept = new Set(fs.readdirSync(dir));
+  const pages = [path.join(root, "README.md"), path.join(root, "SECURITY.md")];
+  for (const d of ["docs", "bench", "bench/results"]) {
+    for (const f of fs.readdirSync(path.join(root, d)).sort()) if (f.endsWith(".md")) pages.push(path.join(root, d, f));
+  }
+  let cited = 0;
+  for (const f of pages.filter((p) => fs.existsSync(p))) {
+    const body = text(f);
+    for (const m of body.matchAll(/results\/([A-Za-z0-9._-]+\.(?:md|json))/g)) {
+      const before = body.slice(0, m.index);
+      if (/--[a-z][a-z-]*\s+$/.test(before.replace(/\S*$/, ""))) continue;  // a command's argument
+      const line = before.split("\n").length;
+      cited++;
+      report.check(kept.has(m[1]), `${relp(f)}:${line} cites ${m[0]}, which ${kept.has(m[1]) ? "is" : "is not"} in bench/results/`);
+    }
+  }
+  report.check(cited > 0, `the pages cite bench/results/ files (${cited} citations)`);
+}
+
+if (!["config", "metrics", "annotations", "alerts", "versions", "results"].includes(mode)) {
+  report.fail(`usage: check_docs.mjs config|metrics|annotations|alerts|versions|results (got ${mode})`);
 }
 report.finish();
