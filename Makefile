@@ -43,7 +43,7 @@ test-asan: deps
 # daemon suites, whose quanta-arbiter then runs instrumented with its helper threads.
 # setarch -R: TSan's shadow memory needs the address layout without randomisation.
 TSAN_TARGETS = quanta_unit_tests quanta_arbiter_unit_tests quanta_config_unit_tests quanta_ctl_unit_tests quanta_hosted_unit_tests quanta_shim_units \
-	quanta_arbiter_service_tests quanta_arbiter_daemon_tests quanta_arbiter_isolation_tests quanta-arbiter quantactl quanta-tenant
+	quanta_arbiter_service_tests quanta_arbiter_observer_tests quanta_arbiter_admin_service_tests quanta_arbiter_daemon_tests quanta_arbiter_isolation_tests quanta-arbiter quantactl quanta-tenant
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUANTA_TSAN=ON -DQUANTA_BUILD_BPF=OFF $(CMAKE_ARGS)
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)

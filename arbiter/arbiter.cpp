@@ -23,7 +23,7 @@
 #include "arbiter/loop/death_watch.h"
 #include "arbiter/loop/unix_socket.h"
 #include "arbiter/observing/gpu_inventory.h"
-#include "arbiter/observing/observation.h"
+#include "arbiter/observing/observer.h"
 #include "arbiter/state/region_recovery.h"
 #include "common/clock.h"
 #include "common/futex.h"
@@ -144,7 +144,6 @@ Arbiter::Arbiter(config::NodeConfig config)
   limits.accept_rights = std::getenv("QUANTA_ARBITER_NO_PASSRIGHTS") != nullptr;
   tenants_ = std::make_unique<TenantServer>(loop_, *this, reaper_, tenant_log_,
                                             config_.tenant_socket, limits, peer_pidfd);
-  admin_ = std::make_unique<AdminServer>(loop_, *this, reaper_, config_.admin_socket);
   {
     const std::string tenant_dir =
         config_.tenant_socket.substr(0, config_.tenant_socket.rfind('/') + 1);
@@ -170,7 +169,13 @@ Arbiter::Arbiter(config::NodeConfig config)
   });
   loop_.set_after_events([this] { after_events(); });
   heartbeat();
-  start_observation();
+  observer_ = std::make_unique<Observer>(
+      loop_, ObservedNode{config_, gpus_, processes_, pods_, *nvml_, generation_, started_ns_,
+                          context_overhead_json(),
+                          [this] { return tenants_ ? tenants_->connections() : size_t{0}; }});
+  admin_service_ =
+      std::make_unique<AdminService>(config_, pods_, gpus_, node_gpus_, *observer_, *this);
+  admin_ = std::make_unique<AdminServer>(loop_, *admin_service_, reaper_, config_.admin_socket);
 
   spdlog::info("quanta-arbiter generation {} serving {} GPU(s) [{}] on {} (admin {}), scope \"{}\"",
                generation_, gpus_.size(), managed_list(), config_.tenant_socket,
@@ -178,7 +183,7 @@ Arbiter::Arbiter(config::NodeConfig config)
 }
 
 Arbiter::~Arbiter() {
-  observation_.reset();  // its threads read nothing of ours, but stop them first
+  observer_.reset();  // its endpoint's thread reads nothing of ours, but stop it first
   // A clean stop lets tenants lapse to ungated launches now rather than after the lease:
   // zero the heartbeat and wake every launcher blocked at a gate so it notices. A restart
   // brings gating back as each tenant reconnects; grants carry over to the new regions.
@@ -637,6 +642,10 @@ Attachment Arbiter::attach(pid_t pid, const TenantMessage& request) {
   return out;
 }
 
+void Arbiter::refused(const std::string& reason) {
+  if (observer_) observer_->refused(reason);
+}
+
 void Arbiter::rang(pid_t pid) {
   auto p = processes_.find(pid);
   if (p == processes_.end()) return;
@@ -1047,6 +1056,33 @@ std::string Arbiter::managed_list() const {
   std::string list;
   for (const auto& g : gpus_) list += (list.empty() ? "" : ", ") + g->uuid;
   return list;
+}
+
+// What the shims charge per context and where the figure came from.
+nlohmann::json Arbiter::context_overhead_json() const {
+  nlohmann::json measured = nlohmann::json::object();
+  for (const auto& [model, bytes] : context_overheads_.bytes_by_model) measured[model] = bytes;
+  nlohmann::json out{{"bytes", context_overhead_},
+                     {"source", config_.shim.measure_context_overhead ? "measured" : "config"}};
+  if (config_.shim.measure_context_overhead) {
+    out["measured"] = measured;
+    if (!context_overheads_.errors.empty()) out["errors"] = context_overheads_.errors;
+  }
+  return out;
+}
+
+void Arbiter::policy_changed(const std::string& pod_key) {
+  if (Pod* pod = pods_.find_key(pod_key)) {
+    apply_policy(*pod);
+    after_events();
+  }
+}
+
+void Arbiter::set_draining(uint32_t gpu_index, bool on) {
+  Gpu& gpu = *gpus_.at(gpu_index);
+  gpu.sched->set_draining(on);
+  gpu.dirty = true;
+  after_events();
 }
 
 }  // namespace quanta::arbiter

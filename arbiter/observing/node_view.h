@@ -1,5 +1,5 @@
 // What the observing side reads of the arbiter's live state, gathered on the event loop at one
-// instant (Arbiter::view_node, observe.cpp) and read by pure functions: the figures behind
+// instant (Observer::view, observer.cpp) and read by pure functions: the figures behind
 // /metrics and `quantactl top` (figures.cpp) and `quantactl explain` (admin_views.cpp). Tests
 // build a view of any node they like, with accounting they drive, and check the figures
 // without a daemon, a socket or a region. Nothing here writes back to the arbiter.

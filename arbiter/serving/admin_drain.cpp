@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "arbiter/arbiter.h"
+#include "arbiter/serving/admin_service.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -33,7 +33,7 @@ std::set<std::string> load_drained(const config::NodeConfig& config) {
   return uuids;
 }
 
-void Arbiter::save_drained() const {
+void AdminService::save_drained() const {
   const std::string path = drained_file(config_);
   const std::string tmp = path + ".tmp";
   std::error_code ec;
@@ -51,14 +51,14 @@ void Arbiter::save_drained() const {
   if (ec) spdlog::warn("cannot replace {}: {}", path, ec.message());
 }
 
-json Arbiter::handle_drain(const AdminRequest& request, bool on) {
+json AdminService::drain(const AdminRequest& request, bool on) {
   const std::string cmd = on ? "drain" : "undrain";
   const std::string& wanted = request.gpu;
-  Gpu* gpu = nullptr;
+  const Gpu* gpu = nullptr;
   const bool index = !wanted.empty() && std::all_of(wanted.begin(), wanted.end(), [](char c) {
     return std::isdigit(static_cast<unsigned char>(c)) != 0;
   });
-  for (auto& g : gpus_) {
+  for (const auto& g : gpus_) {
     if (index ? wanted == std::to_string(g->index) : wanted == g->uuid) gpu = g.get();
   }
   if (gpu == nullptr) {
@@ -71,10 +71,8 @@ json Arbiter::handle_drain(const AdminRequest& request, bool on) {
                               wanted + "\"); managed: " + list}};
   }
   if (gpu->sched->drain_requested() != on) {
-    gpu->sched->set_draining(on);
+    control_.set_draining(gpu->index, on);  // the holder is revoked (or a waiter granted) now
     save_drained();
-    gpu->dirty = true;
-    after_events();  // revoke the holder (or grant a waiter) now
     if (on) {
       spdlog::info("GPU {} {} draining: no new grants until undrain", gpu->index, gpu->uuid);
     } else {

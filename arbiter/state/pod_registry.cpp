@@ -574,6 +574,10 @@ Pod& PodRegistry::adopt(uint32_t index, UniqueFd fd, const SavedPod& saved) {
 }
 
 Pod* PodRegistry::find(uint32_t index) {
+  return const_cast<Pod*>(std::as_const(*this).find(index));
+}
+
+const Pod* PodRegistry::find(uint32_t index) const {
   auto it = pods_.find(index);
   return it == pods_.end() ? nullptr : &it->second;
 }

@@ -138,6 +138,7 @@ class PodRegistry {
   // by the bounds (its processes run on), but it counts against them, its claimer's too.
   Pod& adopt(uint32_t index, UniqueFd fd, const SavedPod& saved);
   Pod* find(uint32_t index);
+  const Pod* find(uint32_t index) const;
   Pod* find_key(const std::string& key);
   const Pod* find_key(const std::string& key) const;
   // Forgets a pod that has no processes left (tenants keep their mappings).

@@ -55,7 +55,7 @@ class FiguresOfTwoPods : public ::testing::Test {
     reading.processes = {{100, 1 * kGiB}, {101, 2 * kGiB}, {555, 3 * kGiB}, {kArbiterPid, 1}};
   }
 
-  // The view the arbiter would take now (Arbiter::view_node).
+  // The view the arbiter would take now (Observer::view).
   NodeView view() {
     NodeView v;
     v.taken_ns = t.now;

@@ -1,6 +1,6 @@
 // The Arbiter held by a test: constructed in this process on a temporary node config and
-// simgpu's NVML, and asked directly through the calls its servers make (handle_admin for the
-// admin socket, admit and attach for the tenant socket) without a socket or a second
+// simgpu's NVML, and asked directly through the calls its servers make (its AdminService's
+// handle_admin for the admin socket, admit and attach for the tenant socket) without a socket or a second
 // process between. Admission, attach, the admin handlers, the figures and a restart's
 // re-adoption are each checked on the live object, so a failure names the call that broke.
 #include <dlfcn.h>
@@ -182,7 +182,7 @@ class ArbiterService : public ::testing::Test {
     arbiter_ = std::make_unique<Arbiter>(node_config(extra));
     return *arbiter_;
   }
-  json ask(const json& request) { return arbiter_->handle_admin(request); }
+  json ask(const json& request) { return arbiter_->admin().handle_admin(request); }
   std::string uuid(size_t index) {
     json status = ask({{"cmd", "status"}});
     return status["gpus"].at(index).value("uuid", "");
@@ -199,6 +199,12 @@ class ArbiterService : public ::testing::Test {
     return arbiter_->attach(pid, request);
   }
   json tenants_of(size_t gpu) { return ask({{"cmd", "status"}})["gpus"].at(gpu)["tenants"]; }
+  // The register request quanta-hook sends for container c0ffee of pod team/trainer (uid
+  // `pod_uid`) in `cgroup`; callers add devices or a policy.
+  static json registration(const std::string& pod_uid, const std::string& cgroup) {
+    return {{"cmd", "register"},    {"container_id", "c0ffee"}, {"pod_uid", pod_uid},
+            {"pod_name", "trainer"}, {"pod_namespace", "team"},  {"cgroup_path", cgroup}};
+  }
 
   TempDir dir_{"quanta-service"};
   std::string scope_;
@@ -294,14 +300,9 @@ TEST_F(ArbiterService, UnsetRemovesOneKeyThenTheRestAndSaysWhatAPodHasLeft) {
 
 TEST_F(ArbiterService, RegisterGivesThePodItsAnnotationsAndUnregisterForgetsTheContainerOnce) {
   start();
-  json registration = {{"cmd", "register"},
-                             {"container_id", "c0ffee"},
-                             {"pod_uid", "uid-1"},
-                             {"pod_name", "trainer"},
-                             {"pod_namespace", "team"},
-                             {"cgroup_path", "/kubepods/poduid-1/c0ffee"},
-                             {"policy", {{"quanta.dev/weight", "4"}}}};
-  json answer = ask(registration);
+  json request = registration("uid-1", "/kubepods/poduid-1/c0ffee");
+  request["policy"] = {{"quanta.dev/weight", "4"}};
+  json answer = ask(request);
   ASSERT_TRUE(answer.value("ok", false)) << answer.dump();
   EXPECT_EQ(answer.value("pod", ""), "team/trainer");
   bool annotated = false;
@@ -382,14 +383,9 @@ TEST_F(ArbiterService, WithoutRegistrationOrANamedPodAProcessIsRefusedWithWhatTo
 TEST_F(ArbiterService, ARegisteredContainersProcessJoinsItsPodAndOnlyItsOwnGpus) {
   start();
   const std::string cgroup = "/kubepods/poduid-7/c0ffee";
-  ASSERT_TRUE(ask({{"cmd", "register"},
-                   {"container_id", "c0ffee"},
-                   {"pod_uid", "uid-7"},
-                   {"pod_name", "trainer"},
-                   {"pod_namespace", "team"},
-                   {"cgroup_path", cgroup},
-                   {"devices", {uuid(0)}}})
-                  .value("ok", false));
+  json request = registration("uid-7", cgroup);
+  request["devices"] = {uuid(0)};
+  ASSERT_TRUE(ask(request).value("ok", false));
   Tenant process;
   const PeerIdentity& peer = process.peer();
   // What the process claims does not matter once its cgroup is a registered container's.
@@ -405,13 +401,7 @@ TEST_F(ArbiterService, ARegisteredContainersProcessJoinsItsPodAndOnlyItsOwnGpus)
 
 TEST_F(ArbiterService, ANamedPodThatIsARegisteredPodsIsRefusedToOtherProcesses) {
   start();
-  ASSERT_TRUE(ask({{"cmd", "register"},
-                   {"container_id", "c0ffee"},
-                   {"pod_uid", "uid-7"},
-                   {"pod_name", "trainer"},
-                   {"pod_namespace", "team"},
-                   {"cgroup_path", "/kubepods/poduid-7/c0ffee"}})
-                  .value("ok", false));
+  ASSERT_TRUE(ask(registration("uid-7", "/kubepods/poduid-7/c0ffee")).value("ok", false));
   Tenant process;
   const PeerIdentity& peer = process.peer();
   const Admission admission = admit(peer, "/system.slice/intruder.service", "team/trainer");

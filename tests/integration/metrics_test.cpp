@@ -21,11 +21,13 @@
 #include <sstream>
 
 #include "tests/integration/harness.h"
+#include "tests/support/http.h"
 
 namespace quanta::integration {
 namespace {
 
 using nlohmann::json;
+using test_support::connect_tcp;
 
 // ---------------------------------------------------------------------------------------
 // Scraping and reading the text format.
@@ -116,43 +118,12 @@ void parse_exposition(Scrape* s) {
   }
 }
 
-// A TCP connection to HOST:PORT (IPv4), -1 on failure.
-int connect_tcp(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
-  inet_pton(AF_INET, address.substr(0, colon).c_str(), &sa.sin_addr);
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return -1;
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
 Scrape http_get(const std::string& address, const std::string& path) {
+  const test_support::HttpAnswer answer = test_support::http_get(address, path);
   Scrape s;
-  const int fd = connect_tcp(address);
-  if (fd < 0) return s;
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: quanta\r\n\r\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return s;
-  }
-  std::string response;
-  char buf[65536];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof buf)) > 0) response.append(buf, static_cast<size_t>(n));
-  close(fd);
-  const size_t head_end = response.find("\r\n\r\n");
-  if (response.rfind("HTTP/1.", 0) != 0 || head_end == std::string::npos) return s;
-  s.status = std::stoi(response.substr(9, 3));
-  s.body = response.substr(head_end + 4);
-  if (path == "/metrics") parse_exposition(&s);
+  s.status = answer.status;
+  s.body = answer.body;
+  if (s.status != 0 && path == "/metrics") parse_exposition(&s);
   return s;
 }
 
