@@ -1,6 +1,7 @@
 // The arbiter's live state of the node, as the core keeps it: each managed GPU (its control
 // regions, scheduler, deadline, slots and what was counted of it) and each admitted process.
-// The core (arbiter.h) owns and changes it; the observer (observing/observer.h) reads it.
+// The core (arbiter.h) owns and changes it; the observer (observing/observer.h) reads it, and
+// the admin service (serving/admin_service.h) reads the GPUs to answer drains.
 #pragma once
 
 #include <sys/types.h>

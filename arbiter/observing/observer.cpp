@@ -255,7 +255,8 @@ GpuStatus Observer::status_of_gpu(const Gpu& gpu, uint64_t now) const {
   const uint32_t holder = header.holder.load();
   if (holder != common::kNoSlot && gpu.slot_pids.count(holder) != 0) {
     const pid_t pid = gpu.slot_pids.at(holder);
-    out.holder = HolderStatus{holder, pid, node_.pods.pods().at(node_.processes.at(pid).pod_index).key};
+    const std::string& pod = node_.pods.pods().at(node_.processes.at(pid).pod_index).key;
+    out.holder = HolderStatus{holder, pid, pod};
   }
   out.waiting = header.waiters.load();
   out.draining = gpu.sched->drain_requested();

@@ -1,10 +1,10 @@
 // The arbiter's instruments beside its scheduling state: the metrics endpoint, the
 // once-a-second tick that charges NVML's busy time to pods and records history, and the view
 // of live state (node_view.h) that the figures (figures.cpp) and the top and explain answers
-// (admin_views.cpp) are worked out from, and what `quantactl status` tells. It reads the node through ObservedNode and writes
-// nothing of it but the GPUs' accounting: NVML's busy time, the history tick, and bringing
-// the hold timeline up to the instant it reads. Runs on the event loop; the endpoint's own
-// thread reads only the figures it is handed.
+// (admin_views.cpp) are worked out from, and what `quantactl status` tells. It reads the
+// node through ObservedNode and writes nothing of it but the GPUs' accounting: NVML's busy
+// time, the history tick, and bringing the hold timeline up to the instant it reads. Runs on
+// the event loop; the endpoint's own thread reads only the figures it is handed.
 #pragma once
 
 #include <sys/types.h>

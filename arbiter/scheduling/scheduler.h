@@ -275,7 +275,7 @@ class Scheduler {
   std::vector<SlotId> unreleased_;  // passed over with work perhaps still on the GPU
   std::optional<SlotId> holder_;
   std::optional<SlotId> overtaken_;
-  std::vector<Action> pending_;  // decided between passes (set_policy), applied at the next
+  std::vector<Action> pending_;  // decided between passes (set_pod_policy), applied at the next
   std::vector<Action> decided_;  // what decide() returned last
   bool closed_ = false;
   uint64_t next_deadline_ = 0;

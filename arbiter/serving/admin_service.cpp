@@ -58,9 +58,8 @@ json AdminService::handle(const AdminRequest& request) {
     case AdminRequest::Command::kUndrain:
       return drain(request, request.command == AdminRequest::Command::kDrain);
     case AdminRequest::Command::kSet:
-      return set_policy(request);
     case AdminRequest::Command::kUnset:
-      return unset_policy(request);
+      return change_policy(request);
     case AdminRequest::Command::kPolicy:
       return policy_json(request);
     case AdminRequest::Command::kRegister:
@@ -90,38 +89,34 @@ std::string AdminService::pod_named(const std::string& wanted, std::string* erro
   return key.empty() ? wanted : key;
 }
 
-json AdminService::set_policy(const AdminRequest& request) {
-  std::string ambiguous;
-  const std::string pod = pod_named(request.pod, &ambiguous);
-  if (!ambiguous.empty()) return error(ambiguous);
-  std::string err = pods_.set_override(pod, request.values);
-  if (!err.empty()) return error(err);
+// set and unset: the pod the request names, its override changed and saved, and the core
+// asked to apply the pod's policy when the pod has a process.
+json AdminService::change_policy(const AdminRequest& request) {
+  const bool set = request.command == AdminRequest::Command::kSet;
+  std::string refusal;
+  const std::string pod = pod_named(request.pod, &refusal);
+  if (refusal.empty())
+    refusal = set ? pods_.set_override(pod, request.values)
+                  : pods_.unset_override(pod, request.keys);
+  if (!refusal.empty()) return error(refusal);
   pods_.save_state();
+  const bool running = pods_.find_key(pod) != nullptr;
+  if (running) control_.policy_changed(pod);
   json out{{"ok", true}, {"pod", pod}};
-  if (pods_.find_key(pod) != nullptr) {
-    control_.policy_changed(pod);
+  std::string changed;
+  if (set) {
+    if (!running)
+      out["note"] = "pod " + pod + " has no process now; the values apply when it starts";
+    for (const auto& [k, v] : request.values)
+      changed += (changed.empty() ? "" : " ") + k + "=" + v;
+    spdlog::info("policy of pod {} set live: {}", hosted::printable(pod),
+                 hosted::printable(changed));
   } else {
-    out["note"] = "pod " + pod + " has no process now; the values apply when it starts";
+    for (const std::string& k : request.keys) changed += (changed.empty() ? "" : " ") + k;
+    spdlog::info("live policy override of pod {} removed: {}", hosted::printable(pod),
+                 changed.empty() ? std::string("all of it") : hosted::printable(changed));
   }
-  std::string values;
-  for (const auto& [k, v] : request.values) values += (values.empty() ? "" : " ") + k + "=" + v;
-  spdlog::info("policy of pod {} set live: {}", hosted::printable(pod), hosted::printable(values));
   return out;
-}
-
-json AdminService::unset_policy(const AdminRequest& request) {
-  std::string ambiguous;
-  const std::string pod = pod_named(request.pod, &ambiguous);
-  if (!ambiguous.empty()) return error(ambiguous);
-  std::string err = pods_.unset_override(pod, request.keys);
-  if (!err.empty()) return error(err);
-  pods_.save_state();
-  if (pods_.find_key(pod) != nullptr) control_.policy_changed(pod);
-  std::string keys;
-  for (const std::string& k : request.keys) keys += (keys.empty() ? "" : " ") + k;
-  spdlog::info("live policy override of pod {} removed: {}", hosted::printable(pod),
-               keys.empty() ? std::string("all of it") : hosted::printable(keys));
-  return json{{"ok", true}, {"pod", pod}};
 }
 
 // A pod's effective policy and where each value came from; without a pod, every live

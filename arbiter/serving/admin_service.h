@@ -53,8 +53,8 @@ class AdminService final : public AdminApi {
   nlohmann::json handle_admin(const nlohmann::json& request);
 
  private:
-  nlohmann::json set_policy(const AdminRequest& request);
-  nlohmann::json unset_policy(const AdminRequest& request);
+  // set and unset.
+  nlohmann::json change_policy(const AdminRequest& request);
   nlohmann::json policy_json(const AdminRequest& request) const;
   // The pod a request names, as every quantactl command names it (resolve_pod_name); an
   // unknown name is left as it is, for the handler's own message.
