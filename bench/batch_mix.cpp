@@ -71,7 +71,7 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
   }
 
   std::unique_ptr<HandoffTracer> tracer;
-  if (mix.trace_handoff && mix.quanta) tracer = std::make_unique<HandoffTracer>(run, mix.seconds + 0.6 + 0.05 * specs.size() + 2);
+  if (mix.trace_handoff && mix.quanta) tracer = std::make_unique<HandoffTracer>(run);
 
   uint64_t start = run.start_tenants(specs);
   Window window = steady_window(start, mix.seconds);
@@ -83,11 +83,7 @@ Json run_batch_mix(const Bench& bench, const BatchMix& mix) {
     sleep_until_monotonic(start);
     out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
     sleep_until_monotonic(window.start_ns);
-    if (tracer) {
-      std::vector<int> devices;
-      for (const auto& spec : specs) devices.push_back(spec.device);
-      tracer->note_tenants(run.tenant_pids(), devices);
-    }
+    if (tracer) tracer->note_tenants(run.tenant_pids());
     cpu_before = run.arbiter_cpu_seconds();
     cpu_t0 = monotonic_now_ns();
     sleep_until_monotonic(window.end_ns);

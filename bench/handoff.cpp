@@ -49,7 +49,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
       add_note(out, why);
       return out;
     }
-    tracer = std::make_unique<HandoffTracer>(run, seconds + 0.7 + 2);
+    tracer = std::make_unique<HandoffTracer>(run);
   }
   uint64_t start = run.start_tenants(specs);
   if (quanta) {
@@ -58,7 +58,7 @@ Json run_config(const Bench& bench, const std::string& name, bool quanta, double
   }
   if (tracer) {
     sleep_until_monotonic(steady_window(start, seconds).start_ns);
-    tracer->note_tenants(run.tenant_pids(), {0, 0});
+    tracer->note_tenants(run.tenant_pids());
   }
   auto results = run.wait_tenants(15.0);
   for (const auto& note : tenant_errors(results)) add_note(out, note);

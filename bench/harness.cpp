@@ -34,7 +34,6 @@ Paths Paths::around(const std::string& bench_executable) {
   paths.tenant = (bin / "quanta-tenant").string();
   paths.arbiter = (bin / "quanta-arbiter").string();
   paths.quantactl = (bin / "quantactl").string();
-  paths.trace = (bin / "quanta-trace").string();
   paths.launch_loop = (bin / "quanta-bench-launch-loop").string();
   paths.shim = (root / "lib" / "libquanta.so").string();
   paths.sim_dir = (root / "sim").string();

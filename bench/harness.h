@@ -24,7 +24,6 @@ struct Paths {
   std::string tenant;       // quanta-tenant
   std::string arbiter;      // quanta-arbiter
   std::string quantactl;
-  std::string trace;        // quanta-trace
   std::string launch_loop;  // quanta-bench-launch-loop
   std::string shim;         // libquanta.so
   std::string sim_dir;      // simgpu's libcuda.so.1 and libnvidia-ml.so.1

@@ -1,48 +1,56 @@
-// Handoff latencies from Quanta's own USDT probes in the shim (quanta:release,
-// quanta:gate_wait_end): through tracefs uprobes, timed by the stamps the shim passes to
-// them, else `quanta-trace handoff --timeline`, timed by the kernel. Either way every
-// release-to-next-launch interval is a sample on CLOCK_MONOTONIC.
+// Handoff latencies from the shim's USDT probes (quanta:release, quanta:gate_wait_end),
+// measured in this process by quanta-trace's handoff session (bpf/handoff_session.h) and
+// paired by its model (bpf/handoff_model.h). Every interval is between the stamps the shim
+// passes to the probes, so the probes' traps stay out of it.
 #pragma once
 
 #include "bench/harness.h"
 #include "bench/simlog.h"
-#include "bench/uprobe_trace.h"
+#include "bpf/handoff_model.h"
 
-#include <map>
+#include <sys/types.h>
+
+#include <atomic>
 #include <memory>
-#include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
+
+namespace quanta::bpf {
+class HandoffSession;
+}
 
 namespace quanta::bench {
 
+using bpf::Handoff;
+
 class HandoffTracer {
  public:
-  // Starts tracing the shim's probes for `seconds`; returns once they are attached.
-  HandoffTracer(Run& run, double seconds);
+  // Attaches to libquanta.so's probes in every process that maps it and takes in their
+  // events on a thread of its own; returns once they are attached, or with error() set.
+  explicit HandoffTracer(Run& run);
   ~HandoffTracer();
-  bool attached() const { return attached_; }
-  // Which tool measured ("quanta-trace" or "tracefs uprobes"); empty when none attached.
+  HandoffTracer(const HandoffTracer&) = delete;
+  HandoffTracer& operator=(const HandoffTracer&) = delete;
+  bool attached() const { return session_ != nullptr; }
+  // Which tool measured ("quanta-trace"); empty when none attached.
   const std::string& source() const { return source_; }
-  // Why a tool could not be used or what it lost; empty when all went well.
+  // Why the probes could not be traced or what was lost; empty when all went well.
   const std::string& error() const { return error_; }
-  // Maps the tenants' threads to tenants and devices (call while they run); needed by
-  // the tracefs path, which sees thread ids only.
-  void note_tenants(const std::vector<pid_t>& pids, const std::vector<int>& devices);
-  // Ends the session; every handoff it saw, with the moment of its release.
+  // The run's tenant processes (call while they run): only handoffs between them count.
+  void note_tenants(const std::vector<pid_t>& pids);
+  // Ends the session; every handoff between the tenants, with the moment of its release.
   std::vector<Handoff> finish();
 
  private:
-  Run& run_;
-  double seconds_;
-  bool attached_ = false;
   std::string source_;
   std::string error_;
-  std::unique_ptr<Process> trace_;
-  std::string timeline_path_;
-  std::unique_ptr<UprobeSession> uprobes_;
-  std::map<uint32_t, int> tenant_of_tid_;
-  std::vector<int> devices_;
+  // Shared only so that a build without BPF, which has no HandoffSession to destroy, links.
+  std::shared_ptr<bpf::HandoffSession> session_;
+  std::atomic<bool> stopping_{false};
+  std::thread poller_;
+  std::set<uint32_t> tenants_;
 };
 
 // The durations (microseconds) of the handoffs whose release fell inside the window, less
@@ -52,5 +60,9 @@ std::vector<double> steady_durations(const std::vector<Handoff>& handoffs, const
 
 // Every handoff of the session, the start and end included: {handoffs, p50_us, p99_us}.
 nlohmann::json whole_run_figures(const std::vector<Handoff>& handoffs);
+
+// The handoffs between `tenants` among the session's events (pair_handoffs over theirs).
+std::vector<Handoff> tenant_handoffs(const std::vector<quanta_handoff_event>& events,
+                                     const std::set<uint32_t>& tenants);
 
 }  // namespace quanta::bench

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: GPL-2.0
 /* GPU handoff latency from Quanta's own USDT probes: the time from a `release` on a
- * device to the next `gate_wait_end` there by another slot, and the gate wait each
- * waiter reports, as log2 histograms per device; optionally every probe as an event. */
+ * device to the next `gate_wait_end` there by another slot that was already waiting, and
+ * the gate wait each waiter reports, as log2 histograms per device; optionally every probe
+ * as an event. Times are the stamps the probes pass, read before each probe's trap, so the
+ * cost of tracing stays out of the figures (on a virtual machine a trap can cost more than
+ * the handoff); a probe that passes no stamp is timed by the kernel. */
 // vmlinux.h comes first: the libbpf headers use the kernel types it defines.
 // clang-format off
 #include "vmlinux.h"
@@ -51,6 +54,10 @@ __u64 events_lost = 0;
 
 static struct quanta_hist zero_hist;
 
+static __always_inline u64 stamp_or_now(u64 stamp_ns) {
+  return stamp_ns ? stamp_ns : bpf_ktime_get_ns();
+}
+
 static __always_inline void record(u32 device, u32 kind, u64 delta_ns) {
   struct quanta_handoff_key key = {.device = device, .kind = kind};
   struct quanta_hist* h;
@@ -95,15 +102,18 @@ int BPF_USDT(handle_gate_wait_begin, u32 device, u32 slot) {
 }
 
 SEC("usdt")
-int BPF_USDT(handle_gate_wait_end, u32 device, u32 slot, u64 wait_ns) {
-  u64 now = bpf_ktime_get_ns();
+int BPF_USDT(handle_gate_wait_end, u32 device, u32 slot, u64 wait_ns, u64 end_ns) {
+  u64 now = stamp_or_now(end_ns);
   struct last_release* rel;
 
   record(device, QUANTA_HIST_GATE_WAIT, wait_ns);
   rel = bpf_map_lookup_elem(&releases, &device);
-  /* Only the first waiter of another slot after a release completes a handoff. */
-  if (rel && rel->slot != slot) {
-    if (now > rel->ts_ns) record(device, QUANTA_HIST_HANDOFF, now - rel->ts_ns);
+  /* The first waiter of another slot to pass its gate after a release completes the
+   * handoff, if it was already waiting when the GPU was released: one that came later
+   * times its own lateness, and the release stays for the next waiter. */
+  if (rel && rel->slot != slot && now >= rel->ts_ns &&
+      (wait_ns >= now || now - wait_ns <= rel->ts_ns)) {
+    record(device, QUANTA_HIST_HANDOFF, now - rel->ts_ns);
     bpf_map_delete_elem(&releases, &device);
   }
   observe(QUANTA_PROBE_GATE_WAIT_END, device, slot, now, wait_ns);
@@ -111,8 +121,8 @@ int BPF_USDT(handle_gate_wait_end, u32 device, u32 slot, u64 wait_ns) {
 }
 
 SEC("usdt")
-int BPF_USDT(handle_release, u32 device, u32 slot) {
-  struct last_release rel = {.ts_ns = bpf_ktime_get_ns(), .slot = slot};
+int BPF_USDT(handle_release, u32 device, u32 slot, u64 released_ns) {
+  struct last_release rel = {.ts_ns = stamp_or_now(released_ns), .slot = slot};
 
   bpf_map_update_elem(&releases, &device, &rel, BPF_ANY);
   observe(QUANTA_PROBE_RELEASE, device, slot, rel.ts_ns, 0);
@@ -120,8 +130,8 @@ int BPF_USDT(handle_release, u32 device, u32 slot) {
 }
 
 SEC("usdt")
-int BPF_USDT(handle_grant, u32 device, u32 slot) {
-  observe(QUANTA_PROBE_GRANT, device, slot, bpf_ktime_get_ns(), 0);
+int BPF_USDT(handle_grant, u32 device, u32 slot, u64 granted_ns) {
+  observe(QUANTA_PROBE_GRANT, device, slot, stamp_or_now(granted_ns), 0);
   return 0;
 }
 

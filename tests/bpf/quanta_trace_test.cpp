@@ -250,11 +250,16 @@ struct HandoffRun {
   std::string stderr_text;
 };
 
-// usdt_emitter with `rounds` turns per slot, traced from before its first probe to its exit.
-HandoffRun trace_emitter(int rounds, const std::vector<std::string>& extra_args) {
+// usdt_emitter with `rounds` turns per slot (each held 500 us unless `emitter_args` say
+// otherwise), traced from before its first probe to its exit.
+HandoffRun trace_emitter(int rounds, const std::vector<std::string>& extra_args,
+                         const std::vector<std::string>& emitter_args = {}) {
   HandoffRun run;
-  Process emitter(
-      {USDT_EMITTER_PATH, "--rounds", std::to_string(rounds), "--hold-us", "500", "--device", "3"});
+  std::vector<std::string> emitter_argv = {USDT_EMITTER_PATH, "--rounds", std::to_string(rounds),
+                                           "--hold-us",       "500",      "--device",
+                                           "3"};
+  emitter_argv.insert(emitter_argv.end(), emitter_args.begin(), emitter_args.end());
+  Process emitter(emitter_argv);
   std::vector<std::string> args = {QUANTA_TRACE_PATH, "handoff", "--binary",
                                    USDT_EMITTER_PATH, "--pid",   std::to_string(emitter.pid()),
                                    "--duration",      "8",       "--json"};
@@ -293,6 +298,32 @@ TEST(BpfHandoff, CountsEveryHandoffBetweenAlternatingSlots) {
   // Each waiter waits about one hold of the other slot (500 us).
   const double wait_p50 = r["gate_wait"]["p50_ns"];
   EXPECT_GT(wait_p50, 250e3);
+}
+
+TEST(BpfHandoff, TimesEachHandoffByTheStampsTheProbesCarry) {
+  REQUIRE_BPF_OR_SKIP();
+  // Each release is stamped 1 ms before its probe fires: by the stamps every handoff takes
+  // over 1 ms, where the kernel's times at the probes would give one wake-up (tens of us).
+  constexpr int kRounds = 10;
+  const HandoffRun run =
+      trace_emitter(kRounds, {}, {"--hold-us", "5000", "--release-stamp-lead-us", "1000"});
+  ASSERT_EQ(run.rc, 0) << run.stderr_text;
+  EXPECT_EQ(run.report["handoff_latency"]["count"], 2 * kRounds - 1);
+  // p50 is interpolated inside its factor-of-two bucket: over 1 ms lies in [2^19, 2^21) ns.
+  EXPECT_GT(run.report["handoff_latency"]["p50_ns"].get<double>(), 524288.0)
+      << run.report["handoff_latency"].dump();
+}
+
+TEST(BpfHandoff, AWaiterThatArrivedAfterTheReleaseTimesNoHandoff) {
+  REQUIRE_BPF_OR_SKIP();
+  // Each release is stamped 3 ms before its probe, longer than the 500 us the other slot
+  // has been waiting: every waiter came after the release it follows, so none of its
+  // passes is a handoff, while every wait is still counted.
+  constexpr int kRounds = 10;
+  const HandoffRun run = trace_emitter(kRounds, {}, {"--release-stamp-lead-us", "3000"});
+  ASSERT_EQ(run.rc, 0) << run.stderr_text;
+  EXPECT_EQ(run.report["handoff_latency"]["count"], 0) << run.report.dump();
+  EXPECT_EQ(run.report["gate_wait"]["count"], 2 * kRounds);
 }
 
 TEST(BpfHandoff, TimelineIsChromeTraceJsonWithEveryProbeAndHandoff) {

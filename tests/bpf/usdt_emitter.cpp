@@ -1,7 +1,11 @@
 // Test program that fires Quanta's four USDT probes in a known pattern, so quanta-trace's
 // handoff tool is proven before the shim and arbiter emit them: two threads (slots 0 and 1)
 // pass one device back and forth `--rounds` times each, holding it `--hold-us` each turn.
-// It starts when a line (or EOF) arrives on stdin, so a tracer can attach first.
+// Each probe carries the stamps the shim and arbiter pass (read just before the probe);
+// `--release-stamp-lead-us N` stamps each release N us before its probe, as if the releaser
+// had been held up that long between its clock and the probe, so a test can tell which
+// times a tracer used. It starts when a line (or EOF) arrives on stdin, so a tracer can
+// attach first.
 #include <sys/sdt.h>
 
 #include <chrono>
@@ -34,7 +38,7 @@ uint64_t monotonic_ns() {
 // number of handoffs exact: every gate_wait_end but the very first follows a release by
 // the other slot.
 void run_slot(Device& device, uint32_t device_id, uint32_t slot, int rounds,
-              std::chrono::microseconds hold) {
+              std::chrono::microseconds hold, uint64_t release_lead_ns) {
   for (int round = 0; round < rounds; ++round) {
     DTRACE_PROBE2(quanta, gate_wait_begin, device_id, slot);
     const uint64_t wait_start = monotonic_ns();
@@ -42,11 +46,12 @@ void run_slot(Device& device, uint32_t device_id, uint32_t slot, int rounds,
       std::unique_lock lock(device.mutex);
       device.turn_changed.wait(lock, [&] { return device.owner == slot; });
     }
-    const uint64_t wait_ns = monotonic_ns() - wait_start;
-    DTRACE_PROBE3(quanta, gate_wait_end, device_id, slot, wait_ns);
-    DTRACE_PROBE2(quanta, grant, device_id, slot);
+    const uint64_t end_ns = monotonic_ns();
+    const uint64_t wait_ns = end_ns - wait_start;
+    DTRACE_PROBE4(quanta, gate_wait_end, device_id, slot, wait_ns, end_ns);
+    DTRACE_PROBE4(quanta, grant, device_id, slot, monotonic_ns(), hold.count() * 1000);
     std::this_thread::sleep_for(hold);
-    DTRACE_PROBE2(quanta, release, device_id, slot);
+    DTRACE_PROBE3(quanta, release, device_id, slot, monotonic_ns() - release_lead_ns);
     {
       std::lock_guard lock(device.mutex);
       device.owner = 1 - slot;
@@ -71,6 +76,7 @@ int main(int argc, char** argv) {
   int rounds = 20;
   int hold_us = 1000;
   int device_id = 0;
+  int release_lead_us = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--rounds") == 0) {
       rounds = parse_int(argv[i], argv[i + 1]);
@@ -78,8 +84,12 @@ int main(int argc, char** argv) {
       hold_us = parse_int(argv[i], argv[i + 1]);
     } else if (std::strcmp(argv[i], "--device") == 0) {
       device_id = parse_int(argv[i], argv[i + 1]);
+    } else if (std::strcmp(argv[i], "--release-stamp-lead-us") == 0) {
+      release_lead_us = parse_int(argv[i], argv[i + 1]);
     } else {
-      std::fprintf(stderr, "usdt_emitter: unknown option '%s' (--rounds, --hold-us, --device)\n",
+      std::fprintf(stderr,
+                   "usdt_emitter: unknown option '%s' (--rounds, --hold-us, --device, "
+                   "--release-stamp-lead-us)\n",
                    argv[i]);
       return 2;
     }
@@ -90,8 +100,9 @@ int main(int argc, char** argv) {
   Device device;
   const auto hold = std::chrono::microseconds(hold_us);
   const auto id = static_cast<uint32_t>(device_id);
-  std::thread slot0(run_slot, std::ref(device), id, 0u, rounds, hold);
-  std::thread slot1(run_slot, std::ref(device), id, 1u, rounds, hold);
+  const auto lead_ns = static_cast<uint64_t>(release_lead_us) * 1000;
+  std::thread slot0(run_slot, std::ref(device), id, 0u, rounds, hold, lead_ns);
+  std::thread slot1(run_slot, std::ref(device), id, 1u, rounds, hold, lead_ns);
   slot0.join();
   slot1.join();
   return 0;
