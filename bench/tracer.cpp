@@ -22,8 +22,11 @@ HandoffTracer::HandoffTracer(Run& run) {
     return;
   }
   try {
-    session_ = std::make_shared<bpf::HandoffSession>(std::vector<std::string>{paths.shim},
-                                                     std::vector<pid_t>{}, true);
+    // Only the two probes a handoff is timed by: each attached probe costs the tenants a
+    // trap per hit.
+    session_ = std::make_shared<bpf::HandoffSession>(
+        std::vector<std::string>{paths.shim}, std::vector<pid_t>{}, true,
+        std::vector<quanta_handoff_probe>{QUANTA_PROBE_RELEASE, QUANTA_PROBE_GATE_WAIT_END});
   } catch (const std::exception& failure) {
     error_ = std::string("quanta-trace's handoff session: ") + failure.what();
     return;

@@ -63,7 +63,8 @@ struct HandoffSession::Handles {
 };
 
 HandoffSession::HandoffSession(const std::vector<std::string>& binaries,
-                               const std::vector<pid_t>& pids, bool keep_events)
+                               const std::vector<pid_t>& pids, bool keep_events,
+                               const std::vector<quanta_handoff_probe>& probes)
     : handles_(std::make_unique<Handles>()) {
   if (binaries.empty()) throw TraceError("handoff needs --binary PATH");
   for (const std::string& path : binaries) binaries_.push_back(checked_binary(path));
@@ -87,6 +88,7 @@ HandoffSession::HandoffSession(const std::vector<std::string>& binaries,
   std::vector<pid_t> targets = pids;
   if (targets.empty()) targets.push_back(-1);  // every process that maps the binary
   for (int probe = 0; probe < QUANTA_PROBE_COUNT; ++probe) {
+    if (!probes.empty() && std::find(probes.begin(), probes.end(), probe) == probes.end()) continue;
     bool found = false;
     for (const std::string& binary : binaries_) {
       for (pid_t pid : targets) {
@@ -124,11 +126,10 @@ HandoffSession::HandoffSession(const std::vector<std::string>& binaries,
 HandoffSession::~HandoffSession() = default;
 
 void HandoffSession::poll(int timeout_ms) {
-  if (handles_->events) {
-    ring_buffer__poll(handles_->events.get(), timeout_ms);
-  } else {
-    std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
-  }
+  // The program submits without waking its reader (handoff.bpf.c), so the buffer is drained
+  // once per period rather than once per event.
+  std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+  if (handles_->events) ring_buffer__consume(handles_->events.get());
 }
 
 void HandoffSession::stop() {

@@ -29,15 +29,17 @@ class HandoffSession {
   // Attaches to every binary that has each probe (ELF files; an absolute path is kept),
   // for `pids` or, when empty, every process that maps them. The gate and release probes
   // must be in at least one binary; the grant probe (quanta-arbiter's) may be missing.
-  // With `keep_events`, every probe hit is kept as an event for events().
+  // With `keep_events`, every probe hit is kept as an event for events(). `probes` limits
+  // the probes attached (each attached probe costs the traced process a trap per hit);
+  // empty: all of them.
   HandoffSession(const std::vector<std::string>& binaries, const std::vector<pid_t>& pids,
-                 bool keep_events);
+                 bool keep_events, const std::vector<quanta_handoff_probe>& probes = {});
   ~HandoffSession();
   HandoffSession(const HandoffSession&) = delete;
   HandoffSession& operator=(const HandoffSession&) = delete;
 
-  // Takes in the events that arrive within `timeout_ms` (or sleeps that long without
-  // keep_events). Not to be called beside stop().
+  // Sleeps `timeout_ms`, then takes in the events buffered meanwhile (the program wakes no
+  // reader per event). Not to be called beside stop().
   void poll(int timeout_ms);
   // Detaches every probe and takes in the events still buffered.
   void stop();
