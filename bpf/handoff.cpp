@@ -74,7 +74,7 @@ nlohmann::json build_timeline(std::vector<quanta_handoff_event> events, uint64_t
   }
   for (const Handoff& h : pair_handoffs(events)) {
     auto handoff = event("handoff", "X", us(h.released_ns), h.to_pid, h.to_tid, h.device,
-                         h.from_slot);
+                         h.to_slot);
     handoff["dur"] = h.us;
     handoff["args"]["from_slot"] = h.from_slot;
     handoff["args"]["from_pid"] = h.from_pid;

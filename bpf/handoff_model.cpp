@@ -33,7 +33,7 @@ std::vector<Handoff> pair_handoffs(std::vector<quanta_handoff_event> events) {
       continue;
     }
     const quanta_handoff_event& release = pending->second;
-    out.push_back({e.device, release.pid, release.slot, e.pid, e.tid, release.ts_ns,
+    out.push_back({e.device, release.pid, release.slot, e.pid, e.tid, e.slot, release.ts_ns,
                    static_cast<double>(e.ts_ns - release.ts_ns) / 1e3, first_pass});
     released.erase(pending);
   }

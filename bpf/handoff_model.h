@@ -15,8 +15,9 @@ struct Handoff {
   uint32_t device = 0;
   uint32_t from_pid = 0;  // the releasing process
   uint32_t from_slot = 0;
-  uint32_t to_pid = 0;  // the process that passed its gate next, and its thread
+  uint32_t to_pid = 0;  // the process that passed its gate next, its thread and slot
   uint32_t to_tid = 0;
+  uint32_t to_slot = 0;
   uint64_t released_ns = 0;  // CLOCK_MONOTONIC, the releaser's stamp
   double us = 0;             // until the next process passed its gate
   // The next waiter's first pass of its gate after a wait: the first time it runs after

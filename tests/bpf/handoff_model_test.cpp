@@ -74,6 +74,7 @@ TEST(HandoffPairing, TwoSlotsOfOneProcessHandOffToEachOther) {
   const auto handoffs = pair_handoffs({released, passed});
   ASSERT_EQ(handoffs.size(), 1u);
   EXPECT_EQ(handoffs[0].from_slot, 10u);
+  EXPECT_EQ(handoffs[0].to_slot, 11u);
   EXPECT_EQ(handoffs[0].to_tid, 12u);
 }
 

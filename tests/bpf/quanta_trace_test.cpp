@@ -357,6 +357,10 @@ TEST(BpfHandoff, TimelineIsChromeTraceJsonWithEveryProbeAndHandoff) {
     if (e["ph"] == "X") {
       EXPECT_GE(e["dur"].get<double>(), 0.0) << e.dump();
     }
+    // A handoff is shown on the waiter that passed its gate, from the other slot.
+    if (e["name"] == "handoff") {
+      EXPECT_NE(e["args"]["slot"], e["args"]["from_slot"]) << e.dump();
+    }
   }
   EXPECT_EQ(by_name["grant"], 2 * kRounds);
   EXPECT_EQ(by_name["release"], 2 * kRounds);
