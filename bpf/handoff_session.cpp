@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "bpf/libbpf_handles.h"
 #include "bpf/trace_run.h"
 #include "handoff.skel.h"
 
@@ -51,15 +52,9 @@ struct HandoffSession::Handles {
   struct SkeletonDeleter {
     void operator()(handoff_bpf* skel) const { handoff_bpf__destroy(skel); }
   };
-  struct LinkDeleter {
-    void operator()(bpf_link* link) const { bpf_link__destroy(link); }
-  };
-  struct RingBufferDeleter {
-    void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
-  };
   std::unique_ptr<handoff_bpf, SkeletonDeleter> skel;
-  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links;
-  std::unique_ptr<ring_buffer, RingBufferDeleter> events;
+  std::vector<UniqueLink> links;
+  UniqueRingBuffer events;
 };
 
 HandoffSession::HandoffSession(const std::vector<std::string>& binaries,
@@ -143,19 +138,12 @@ uint64_t HandoffSession::events_lost() const {
 
 std::map<uint32_t, DeviceHists> HandoffSession::hists() const {
   std::map<uint32_t, DeviceHists> result;
-  const int fd = bpf_map__fd(handles_->skel->maps.hists);
-  quanta_handoff_key key{};
-  quanta_handoff_key next{};
-  quanta_handoff_key* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    quanta_hist raw{};
-    if (bpf_map_lookup_elem(fd, &next, &raw) == 0) {
-      auto& entry = result[next.device];
-      (next.kind == QUANTA_HIST_HANDOFF ? entry.handoff : entry.gate_wait).add(raw);
-    }
-    key = next;
-    prev = &key;
-  }
+  for_each_entry<quanta_handoff_key, quanta_hist>(
+      bpf_map__fd(handles_->skel->maps.hists),
+      [&result](const quanta_handoff_key& key, const quanta_hist& raw) {
+        auto& entry = result[key.device];
+        (key.kind == QUANTA_HIST_HANDOFF ? entry.handoff : entry.gate_wait).add(raw);
+      });
   return result;
 }
 

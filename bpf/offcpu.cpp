@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "bpf/histogram.h"
+#include "bpf/libbpf_handles.h"
 #include "bpf/tools.h"
 #include "bpf/trace_run.h"
 #include "offcpu.skel.h"
@@ -41,19 +42,11 @@ std::string process_name(pid_t pid) {
 
 std::map<uint32_t, ProcessHists> read_hists(offcpu_bpf* skel) {
   std::map<uint32_t, ProcessHists> result;
-  const int fd = bpf_map__fd(skel->maps.hists);
-  quanta_offcpu_key key{};
-  quanta_offcpu_key next{};
-  quanta_offcpu_key* prev = nullptr;
-  while (bpf_map_get_next_key(fd, prev, &next) == 0) {
-    quanta_hist raw{};
-    if (bpf_map_lookup_elem(fd, &next, &raw) == 0) {
-      auto& entry = result[next.tgid];
-      (next.kind == QUANTA_OFFCPU_RUNQ ? entry.runq : entry.off).add(raw);
-    }
-    key = next;
-    prev = &key;
-  }
+  for_each_entry<quanta_offcpu_key, quanta_hist>(
+      bpf_map__fd(skel->maps.hists), [&result](const quanta_offcpu_key& key, const quanta_hist& raw) {
+        auto& entry = result[key.tgid];
+        (key.kind == QUANTA_OFFCPU_RUNQ ? entry.runq : entry.off).add(raw);
+      });
   return result;
 }
 

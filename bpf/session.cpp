@@ -22,6 +22,7 @@
 
 #include "bpf/arbiter_client.h"
 #include "bpf/elf_symbols.h"
+#include "bpf/libbpf_handles.h"
 #include "bpf/node_scan.h"
 #include "bpf/nvml_processes.h"
 #include "bpf/perfetto.h"
@@ -39,12 +40,6 @@ namespace {
 
 struct SkeletonDeleter {
   void operator()(session_bpf* skel) const { session_bpf__destroy(skel); }
-};
-struct LinkDeleter {
-  void operator()(bpf_link* link) const { bpf_link__destroy(link); }
-};
-struct RingBufferDeleter {
-  void operator()(ring_buffer* rb) const { ring_buffer__free(rb); }
 };
 
 uint64_t monotonic_ns() {
@@ -144,8 +139,8 @@ class Tracer {
 
   const SessionOptions& options_;
   std::unique_ptr<session_bpf, SkeletonDeleter> skel_;
-  std::unique_ptr<ring_buffer, RingBufferDeleter> ring_;
-  std::vector<std::unique_ptr<bpf_link, LinkDeleter>> links_;
+  UniqueRingBuffer ring_;
+  std::vector<UniqueLink> links_;
   std::map<FileId, size_t> files_;  // index in view_.files
   std::set<pid_t> scanned_;
   std::map<pid_t, Arbiter> arbiters_;
@@ -656,32 +651,21 @@ void Tracer::view_processes() {
 // The driver probes' maps: launch-to-completion and sync-wait histograms, launches and syncs
 // per process (this tracer's own calls left out).
 void Tracer::read_driver_maps() {
-  const int hists_fd = bpf_map__fd(skel_->maps.driver_hists);
-  quanta_driver_key key{}, next{};
-  quanta_driver_key* prev = nullptr;
-  while (bpf_map_get_next_key(hists_fd, prev, &next) == 0) {
-    quanta_hist raw{};
-    if (next.tgid != self_ && bpf_map_lookup_elem(hists_fd, &next, &raw) == 0) {
-      ProcessView& p = process_view(next.tgid);
-      (next.kind == QUANTA_DRIVER_LAUNCH_TO_COMPLETION ? p.launch_to_completion : p.sync_wait)
-          .add(raw);
-    }
-    key = next;
-    prev = &key;
-  }
-  const int procs_fd = bpf_map__fd(skel_->maps.procs);
-  uint32_t tgid_key = 0, tgid_next = 0;
-  uint32_t* tgid_prev = nullptr;
-  while (bpf_map_get_next_key(procs_fd, tgid_prev, &tgid_next) == 0) {
-    quanta_driver_proc raw{};
-    if (tgid_next != self_ && bpf_map_lookup_elem(procs_fd, &tgid_next, &raw) == 0) {
-      ProcessView& p = process_view(tgid_next);
-      p.launches = raw.launched;
-      p.syncs = raw.syncs;
-    }
-    tgid_key = tgid_next;
-    tgid_prev = &tgid_key;
-  }
+  for_each_entry<quanta_driver_key, quanta_hist>(
+      bpf_map__fd(skel_->maps.driver_hists),
+      [this](const quanta_driver_key& key, const quanta_hist& raw) {
+        if (key.tgid == self_) return;
+        ProcessView& p = process_view(key.tgid);
+        (key.kind == QUANTA_DRIVER_LAUNCH_TO_COMPLETION ? p.launch_to_completion : p.sync_wait)
+            .add(raw);
+      });
+  for_each_entry<uint32_t, quanta_driver_proc>(
+      bpf_map__fd(skel_->maps.procs), [this](uint32_t tgid, const quanta_driver_proc& raw) {
+        if (tgid == self_) return;
+        ProcessView& p = process_view(tgid);
+        p.launches = raw.launched;
+        p.syncs = raw.syncs;
+      });
 }
 
 void Tracer::note_what_is_missing() {
