@@ -33,7 +33,6 @@ class HandoffTracer {
   ~HandoffTracer();
   HandoffTracer(const HandoffTracer&) = delete;
   HandoffTracer& operator=(const HandoffTracer&) = delete;
-  bool attached() const { return session_ != nullptr; }
   // Which tool measured ("quanta-trace"); empty when none attached.
   const std::string& source() const { return source_; }
   // Why the probes could not be traced or what was lost; empty when all went well.

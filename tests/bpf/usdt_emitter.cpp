@@ -36,12 +36,14 @@ uint64_t monotonic_ns() {
 // Each round: wait at the gate until it is this slot's turn, take the grant, hold the
 // device, release it and hand the turn to the other slot. Strict alternation makes the
 // number of handoffs exact: every gate_wait_end but the very first follows a release by
-// the other slot.
+// the other slot. A slot's wait for its next turn begins before it hands this one on, so
+// it was waiting when the other slot released however late its thread runs again; its
+// first wait begins at `go_ns`, before either thread started.
 void run_slot(Device& device, uint32_t device_id, uint32_t slot, int rounds,
-              std::chrono::microseconds hold, uint64_t release_lead_ns) {
+              std::chrono::microseconds hold, uint64_t release_lead_ns, uint64_t go_ns) {
+  uint64_t wait_start = go_ns;
   for (int round = 0; round < rounds; ++round) {
     DTRACE_PROBE2(quanta, gate_wait_begin, device_id, slot);
-    const uint64_t wait_start = monotonic_ns();
     {
       std::unique_lock lock(device.mutex);
       device.turn_changed.wait(lock, [&] { return device.owner == slot; });
@@ -52,6 +54,7 @@ void run_slot(Device& device, uint32_t device_id, uint32_t slot, int rounds,
     DTRACE_PROBE4(quanta, grant, device_id, slot, monotonic_ns(), hold.count() * 1000);
     std::this_thread::sleep_for(hold);
     DTRACE_PROBE3(quanta, release, device_id, slot, monotonic_ns() - release_lead_ns);
+    wait_start = monotonic_ns();
     {
       std::lock_guard lock(device.mutex);
       device.owner = 1 - slot;
@@ -101,8 +104,9 @@ int main(int argc, char** argv) {
   const auto hold = std::chrono::microseconds(hold_us);
   const auto id = static_cast<uint32_t>(device_id);
   const auto lead_ns = static_cast<uint64_t>(release_lead_us) * 1000;
-  std::thread slot0(run_slot, std::ref(device), id, 0u, rounds, hold, lead_ns);
-  std::thread slot1(run_slot, std::ref(device), id, 1u, rounds, hold, lead_ns);
+  const uint64_t go_ns = monotonic_ns();
+  std::thread slot0(run_slot, std::ref(device), id, 0u, rounds, hold, lead_ns, go_ns);
+  std::thread slot1(run_slot, std::ref(device), id, 1u, rounds, hold, lead_ns, go_ns);
   slot0.join();
   slot1.join();
   return 0;
