@@ -5,6 +5,7 @@
 // packet can make the loop wait. Any malformed packet drops only its connection.
 #include "arbiter/serving/tenant_server.h"
 
+#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -43,6 +44,15 @@ T make_message(MessageType type, uint32_t protocol) {
 void copy_text(char* dst, size_t cap, const std::string& text) {
   std::strncpy(dst, text.c_str(), cap - 1);
   dst[cap - 1] = '\0';
+}
+
+// Whether the other end of a connection is closed: a process that connects and closes
+// again (a probe, a retry) leaves an accepted connection the loop has not read the close of
+// yet, and it must not count against that process's bound on connections without a Hello.
+// POLLHUP only: a peer that shut down just its writing side may still wait for a reply.
+bool hung_up(int fd) {
+  pollfd p{fd, 0, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & POLLHUP) != 0;
 }
 
 // Room for the sender's credentials and, on kernels that cannot refuse them, every
@@ -127,7 +137,7 @@ void TenantServer::on_accept() {
     }
     int on = 1;
     setsockopt(fd, SOL_SOCKET, SO_PASSCRED, &on, sizeof(on));
-    if (connections_.size() >= limits_.max_connections) prune_dead_pending();
+    if (connections_.size() >= limits_.max_connections) prune_gone_pending();
     if (connections_.size() >= limits_.max_connections) {
       log_.log(spdlog::level::warn, "accept-limit", now,
                "refusing a tenant connection: {} are open, the most allowed", connections_.size());
@@ -151,7 +161,7 @@ void TenantServer::on_accept() {
              pending_by_cgroup_[cgroup] >= limits_.max_pending_per_cgroup ||
              pending_by_pid_[peer.pid] >= limits_.max_pending_per_pid;
     };
-    if (over()) prune_dead_pending();
+    if (over()) prune_gone_pending();
     if (over()) {
       log_.log(spdlog::level::warn, "accept-limit", now,
                "refusing a tenant connection of pid {} (cgroup {}): {} from it, {} from its cgroup "
@@ -201,11 +211,12 @@ void TenantServer::on_deadline() {
   arm_deadline();
 }
 
-void TenantServer::prune_dead_pending() {
+void TenantServer::prune_gone_pending() {
   std::vector<int> dead;
   for (int fd : pending_) {
     auto it = connections_.find(fd);
-    if (it != connections_.end() && !peer_alive(it->second.peer)) dead.push_back(fd);
+    if (it != connections_.end() && (hung_up(fd) || !peer_alive(it->second.peer)))
+      dead.push_back(fd);
   }
   for (int fd : dead) close_connection(fd, "");
 }

@@ -121,8 +121,9 @@ class TenantServer {
   void handle_hello(Connection& conn, const TenantMessage& hello);
   void handle_attach(Connection& conn, const TenantMessage& request);
   void refuse(Connection& conn, const std::string& reason, common::RefusedAction action);
-  // Frees room by closing not-yet-welcomed connections whose process already exited.
-  void prune_dead_pending();
+  // Frees room by closing not-yet-welcomed connections that can never say Hello: their
+  // process exited, or it closed its end before the loop read the close.
+  void prune_gone_pending();
   void arm_deadline();
 
   EventLoop& loop_;

@@ -454,6 +454,46 @@ TEST(ArbiterIsolation, ConnectionsThatNeverSayHelloAreClosedAtTheDeadline) {
   }
 }
 
+// Waits until `pid` is stopped (state T in /proc/<pid>/stat), for at most two seconds.
+bool wait_stopped(pid_t pid) {
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T')
+      return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+TEST(ArbiterIsolation, ConnectionsClosedBeforeTheArbiterReadThemDoNotLockTheirProcessOut) {
+  // A process that probes the socket (connect, close) while the loop is busy leaves accepted
+  // connections whose close the loop has not read yet. They counted against the process's
+  // bound on connections without a Hello, and its next connection was refused.
+  Daemon d;
+  d.start();
+  ASSERT_EQ(kill(d.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(wait_stopped(d.pid()));
+  for (int i = 0; i < 6; ++i) d.connect().reset();
+  UniqueFd mine = d.connect();
+  ASSERT_TRUE(mine);
+  send_message(mine.get(), hello("pod-prober"));
+  ASSERT_EQ(kill(d.pid(), SIGCONT), 0);
+  Packet w = receive(mine.get(), 6000);
+  EXPECT_EQ(w.type(), MessageType::kWelcome)
+      << "connections this process had already closed locked it out";
+  w.close_fds();
+
+  // Connections it keeps open still count: the fifth without a Hello is refused.
+  std::vector<UniqueFd> held;
+  for (int i = 0; i < 4; ++i) held.push_back(d.connect());
+  EXPECT_TRUE(d.admin({{"cmd", "status"}})["ok"].get<bool>());  // the loop accepted them
+  UniqueFd fifth = d.connect();
+  EXPECT_TRUE(receive(fifth.get(), 3000).closed) << "the bound per process no longer binds";
+}
+
 TEST(ArbiterIsolation, AConnectionFloodFromOneCgroupLocksNobodyOut) {
   Daemon d;
   d.start();

@@ -100,7 +100,8 @@ TEST(Integration, ArbiterAdmitsARawClientWithItsRegions) {
   const auto message = hello("raw");
   ASSERT_TRUE(client.send_bytes(&message, sizeof message));
   AnyReply reply{};
-  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::WelcomeMessage)));
+  ASSERT_EQ(client.receive(&reply, sizeof reply), static_cast<ssize_t>(sizeof(common::WelcomeMessage)))
+      << "errno " << errno << "; the arbiter's log:\n" << world.arbiter_log();
   ASSERT_EQ(reply.header.type, common::MessageType::kWelcome);
   ASSERT_EQ(client.fds.size(), 2u) << "welcome must carry the pod region and the doorbell";
   const auto* pod = map_fd<common::PodRegion>(client.fds[0], PROT_READ | PROT_WRITE);
