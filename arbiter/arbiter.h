@@ -118,8 +118,15 @@ class Arbiter final : public TenantApi, public NodeControl {
   common::GateChannel& channel(const Process& proc, uint32_t gpu_index);
   Gpu* gpu_by_uuid(const std::string& uuid);
   std::string managed_list() const;
-  // nvml_reconcile.cpp
+  // nvml_reconcile.cpp: per GPU, NVML's processes attributed to pods, then each pod over
+  // its cap reported, denied or killed, and each pod back under it given its cap again
   void reconcile(const std::vector<GpuReading>& readings);
+  // Fills the GPU's NVML figures; returns the pids NVML lists for each pod.
+  std::map<std::string, std::vector<pid_t>> attribute_processes(
+      Gpu& gpu, const std::vector<NvmlProcess>& listed);
+  void act_over_cap(Gpu& gpu, const std::string& key, const std::vector<pid_t>& pids,
+                    uint64_t now);
+  void restore_caps(Gpu& gpu, const std::set<std::string>& over);
   // What the shims charge per context and where the figure came from (status).
   nlohmann::json context_overhead_json() const;
 

@@ -85,34 +85,11 @@ struct Spawned {
   Process process;
 };
 
-Json run_churn_config(const Bench& bench, bool quanta, double seconds) {
-  Json out = Json::object();
-  const std::string missing = quanta ? bench.missing_for_quanta() : bench.missing_for_tenants();
-  if (!missing.empty()) {
-    out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
-    add_note(out, missing);
-    return out;
-  }
-  const std::vector<ChurnPod> pods = churn_pods();
-  Run run(bench, quanta ? "churn-quanta" : "churn-native", quanta);
-  if (quanta) {
-    ArbiterSettings arbiter;
-    for (const ChurnPod& pod : pods) {
-      arbiter.pods.push_back(PodPolicy{pod.name, pod.weight, pod.priority,
-                                       pod.max_share < 1.0 ? std::to_string(pod.max_share) : "", "",
-                                       ""});
-    }
-    const std::string why = run.start_arbiter(arbiter);
-    if (!why.empty()) {
-      out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
-      add_note(out, why);
-      return out;
-    }
-  }
-  const double lead_s = 1.0;
-  const uint64_t start = monotonic_now_ns() + static_cast<uint64_t>(lead_s * 1e9);
+// Every process of every pod, each started by simgpu's clock at its run's start (`start`
+// plus its fraction of `run_ns`) and running to its end.
+std::vector<Spawned> spawn_pods(const Bench& bench, Run& run, const std::vector<ChurnPod>& pods,
+                                uint64_t start, uint64_t run_ns) {
   const int64_t offset = realtime_minus_monotonic_ns();
-  const uint64_t run_ns = static_cast<uint64_t>(seconds * 1e9);
   std::vector<Spawned> spawned;
   for (size_t p = 0; p < pods.size(); ++p) {
     for (const auto& [from, to] : pods[p].runs) {
@@ -133,27 +110,13 @@ Json run_churn_config(const Bench& bench, bool quanta, double seconds) {
       spawned.push_back({p, from_ns, to_ns, run.spawn(argv, pods[p].name, true, pods[p].name)});
     }
   }
-  if (quanta) {
-    // Every process, those that start later included, is ready (and must be a tenant of
-    // its pod) by the first start; the first second is in no window of the share error.
-    sleep_until_monotonic(start);
-    out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
-  }
-  for (Spawned& s : spawned) {
-    const ExitStatus status =
-        s.process.wait(std::chrono::milliseconds(static_cast<int64_t>((seconds + 30) * 1000)));
-    if (!status.exited || status.code != 0)
-      add_note(out, pods[s.pod].name + ": " + status.describe());
-  }
-  if (quanta) run.note_refusals();
-  SimLog log = run.sim_log();
-  if (log.slices.empty()) {
-    out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
-    add_note(out, "simgpu wrote no execution log");
-    return out;
-  }
+  return spawned;
+}
 
-  // Waits: the longest stretch each process went without a slice while it ran.
+// Waits: the longest stretch each process went without a slice while it ran, by pod, and
+// the longest of the batch pods, of the best-effort pod and of the capped pod.
+void add_waits(Json& out, const std::vector<ChurnPod>& pods, const std::vector<Spawned>& spawned,
+               const SimLog& log) {
   Json waits = Json::object();
   double max_wait = 0, best_effort_wait = 0, capped_wait = 0;
   std::string max_wait_pod;
@@ -178,8 +141,18 @@ Json run_churn_config(const Bench& bench, bool quanta, double seconds) {
       max_wait_pod = name;
     }
   }
+  out["max_wait_ms"] = figure(max_wait, 1);
+  out["max_wait_pod"] = max_wait_pod;
+  out["best_effort_max_wait_ms"] = figure(best_effort_wait, 1);
+  out["capped_max_wait_ms"] = figure(capped_wait, 1);
+  out["waits_ms"] = waits;
+}
 
-  // Share error over each 1 s window in which the set of running processes did not change.
+// Share error over each 1 s window in which the set of running processes did not change:
+// how far each pod's share of the device time was from what it is promised.
+void add_share_errors(Json& out, const std::vector<ChurnPod>& pods,
+                      const std::vector<Spawned>& spawned, const SimLog& log, uint64_t start,
+                      uint64_t run_ns) {
   Json windows = Json::array();
   double max_error = 0;
   for (uint64_t from = start; from + 1'000'000'000ull <= start + run_ns; from += 1'000'000'000ull) {
@@ -213,13 +186,59 @@ Json run_churn_config(const Bench& bench, bool quanta, double seconds) {
                        {"pods", active.size()},
                        {"share_error_pp", figure(error, 2)}});
   }
-  out["max_wait_ms"] = figure(max_wait, 1);
-  out["max_wait_pod"] = max_wait_pod;
-  out["best_effort_max_wait_ms"] = figure(best_effort_wait, 1);
-  out["capped_max_wait_ms"] = figure(capped_wait, 1);
-  out["waits_ms"] = waits;
   out["windows"] = windows;
   out["max_share_error_pp"] = windows.empty() ? Json(nullptr) : figure(max_error, 2);
+}
+
+Json run_churn_config(const Bench& bench, bool quanta, double seconds) {
+  Json out = Json::object();
+  const std::string missing = quanta ? bench.missing_for_quanta() : bench.missing_for_tenants();
+  if (!missing.empty()) {
+    out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
+    add_note(out, missing);
+    return out;
+  }
+  const std::vector<ChurnPod> pods = churn_pods();
+  Run run(bench, quanta ? "churn-quanta" : "churn-native", quanta);
+  if (quanta) {
+    ArbiterSettings arbiter;
+    for (const ChurnPod& pod : pods) {
+      arbiter.pods.push_back(PodPolicy{pod.name, pod.weight, pod.priority,
+                                       pod.max_share < 1.0 ? std::to_string(pod.max_share) : "", "",
+                                       ""});
+    }
+    const std::string why = run.start_arbiter(arbiter);
+    if (!why.empty()) {
+      out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
+      add_note(out, why);
+      return out;
+    }
+  }
+  const double lead_s = 1.0;
+  const uint64_t start = monotonic_now_ns() + static_cast<uint64_t>(lead_s * 1e9);
+  const uint64_t run_ns = static_cast<uint64_t>(seconds * 1e9);
+  std::vector<Spawned> spawned = spawn_pods(bench, run, pods, start, run_ns);
+  if (quanta) {
+    // Every process, those that start later included, is ready (and must be a tenant of
+    // its pod) by the first start; the first second is in no window of the share error.
+    sleep_until_monotonic(start);
+    out["admission"] = run.check_admission(std::chrono::seconds(10)).to_json();
+  }
+  for (Spawned& s : spawned) {
+    const ExitStatus status =
+        s.process.wait(std::chrono::milliseconds(static_cast<int64_t>((seconds + 30) * 1000)));
+    if (!status.exited || status.code != 0)
+      add_note(out, pods[s.pod].name + ": " + status.describe());
+  }
+  if (quanta) run.note_refusals();
+  SimLog log = run.sim_log();
+  if (log.slices.empty()) {
+    out["max_wait_ms"] = out["max_share_error_pp"] = nullptr;
+    add_note(out, "simgpu wrote no execution log");
+    return out;
+  }
+  add_waits(out, pods, spawned, log);
+  add_share_errors(out, pods, spawned, log, start, run_ns);
   return out;
 }
 

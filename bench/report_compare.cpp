@@ -240,45 +240,124 @@ Json merge_repeats(const std::vector<Json>& runs) {
   return out;
 }
 
+namespace {
+
+// Where the previous run came from, and why its figures are not like for like when it was
+// --quick and this run is not (or the other way round) or ran on another GPU.
+void describe_previous(Json& out, const Json& previous, const Json& current,
+                       const std::vector<std::string>& order, const std::string& previous_note) {
+  if (!previous.is_object()) {
+    out["previous"] = nullptr;
+    out["previous_note"] =
+        previous_note.empty() ? "no previous run: every figure is new" : previous_note;
+    return;
+  }
+  out["previous"] = {{"date", previous.value("date", "")},
+                     {"command", previous.value("command", "")},
+                     {"gpu", previous.value("gpu", "")},
+                     {"quick", false}};
+  std::vector<std::string> unlike;
+  for (const auto& name : order) {
+    const Json& scenario = member(previous, name);
+    if (member(scenario, "quick").is_boolean() && scenario["quick"].get<bool>())
+      out["previous"]["quick"] = true;
+  }
+  bool quick_now = false;
+  for (const auto& name : order) {
+    const Json& scenario = member(current, name);
+    if (member(scenario, "quick").is_boolean() && scenario["quick"].get<bool>()) quick_now = true;
+  }
+  if (out["previous"]["quick"].get<bool>() != quick_now)
+    unlike.push_back(quick_now ? "this run is --quick and the previous was not"
+                               : "the previous run was --quick and this one is not");
+  std::string gpu_before = previous.value("gpu", ""),
+              gpu_now = current.is_object() ? current.value("gpu", "") : "";
+  if (!gpu_before.empty() && !gpu_now.empty() && gpu_before != gpu_now)
+    unlike.push_back("the previous run was on GPU '" + gpu_before + "', this one on '" + gpu_now +
+                     "'");
+  std::string note = previous_note;
+  for (const auto& reason : unlike)
+    note += (note.empty() ? "" : "; ") + reason + ": the changes are not like for like";
+  if (!note.empty()) out["previous_note"] = note;
+}
+
+// A changed or unchanged row is beyond the noise when it moved more than noise_pct of its
+// previous value (any move at all from 0).
+void mark_noise(Json& row, double noise_pct) {
+  const double before_value = row["before"].get<double>(), change = row["change"].get<double>();
+  row["beyond_noise"] =
+      before_value == 0 ? change != 0 : std::fabs(change / before_value) * 100 > noise_pct;
+}
+
+// The scenario's targets, the figures with a direction, in this run's order and the
+// previous run's leftovers after: each row says which way it moved and whether it is worse.
+void compare_targets(Json& rows, const std::string& name, const Json& now, const Json& before,
+                     double noise_pct) {
+  std::set<std::string> target_keys;
+  std::vector<std::string> ordered_targets;
+  for (const Json* side : {&now, &before}) {
+    const Json& targets = member(*side, "targets");
+    if (!targets.is_object()) continue;
+    for (auto it = targets.begin(); it != targets.end(); ++it) {
+      if (it.value().is_object() && target_keys.insert(it.key()).second)
+        ordered_targets.push_back(it.key());
+    }
+  }
+  for (const auto& key : ordered_targets) {
+    const Json& target_now = member(member(now, "targets"), key);
+    const Json& target_before = member(member(before, "targets"), key);
+    const Json* value_now = target_now.is_object() ? &member(target_now, "value") : nullptr;
+    const Json* value_before =
+        target_before.is_object() ? &member(target_before, "value") : nullptr;
+    Json row = compare_figure(name, "targets." + key, value_before, value_now);
+    const Json& described = target_now.is_object() ? target_now : target_before;
+    row["target"] = key;
+    row["description"] = described.value("description", key);
+    row["comparison"] = at_most(described) ? "<=" : ">=";
+    row["limit"] = member(described, "limit");
+    row["verdict_before"] = target_before.is_object() ? verdict(target_before) : "not measured";
+    row["verdict_now"] = target_now.is_object() ? verdict(target_now) : "not measured";
+    if (row["status"] == "changed" || row["status"] == "unchanged") {
+      double change = row["change"].get<double>();
+      bool better = at_most(described) ? change < 0 : change > 0;
+      row["direction"] = change == 0 ? "unchanged" : better ? "towards" : "away";
+      mark_noise(row, noise_pct);
+    }
+    bool moved_away = row.value("direction", "") == "away" && row["beyond_noise"].get<bool>();
+    bool newly_missed = row["verdict_before"] == "met" && row["verdict_now"] == "missed";
+    row["worse"] = moved_away || newly_missed;
+    rows.push_back(row);
+  }
+}
+
+// Every other figure of the scenario, in this run's order and the previous run's leftovers
+// after.
+void compare_other_figures(Json& rows, const std::string& name, const Json& now,
+                           const Json& before, double noise_pct) {
+  std::vector<Figure> figures = figures_of(now);
+  std::set<std::string> listed;
+  for (const auto& figure : figures) listed.insert(figure.where.to_string());
+  for (const auto& figure : figures_of(before)) {
+    if (listed.insert(figure.where.to_string()).second) figures.push_back(figure);
+  }
+  const bool has_before = before.is_object();
+  for (const auto& figure : figures) {
+    const Json* value_now = now.contains(figure.where) ? &now.at(figure.where) : nullptr;
+    const Json* value_before =
+        has_before && before.contains(figure.where) ? &before.at(figure.where) : nullptr;
+    Json row = compare_figure(name, figure.name, value_before, value_now);
+    if (row["status"] == "changed" || row["status"] == "unchanged") mark_noise(row, noise_pct);
+    rows.push_back(row);
+  }
+}
+
+}  // namespace
+
 Json compare_runs(const Json& previous, const Json& current, const std::vector<std::string>& order,
                   double noise_pct, const std::string& previous_note) {
   Json out = {{"noise_pct", noise_pct}, {"scenarios", Json::array()}, {"figures", Json::array()}};
   const bool have_previous = previous.is_object();
-  if (have_previous) {
-    out["previous"] = {{"date", previous.value("date", "")},
-                       {"command", previous.value("command", "")},
-                       {"gpu", previous.value("gpu", "")},
-                       {"quick", false}};
-    // A run of --quick scenarios or on another GPU is no baseline for this one: say so.
-    std::vector<std::string> unlike;
-    for (const auto& name : order) {
-      const Json& scenario = member(previous, name);
-      if (member(scenario, "quick").is_boolean() && scenario["quick"].get<bool>())
-        out["previous"]["quick"] = true;
-    }
-    bool quick_now = false;
-    for (const auto& name : order) {
-      const Json& scenario = member(current, name);
-      if (member(scenario, "quick").is_boolean() && scenario["quick"].get<bool>()) quick_now = true;
-    }
-    if (out["previous"]["quick"].get<bool>() != quick_now)
-      unlike.push_back(quick_now ? "this run is --quick and the previous was not"
-                                 : "the previous run was --quick and this one is not");
-    std::string gpu_before = previous.value("gpu", ""),
-                gpu_now = current.is_object() ? current.value("gpu", "") : "";
-    if (!gpu_before.empty() && !gpu_now.empty() && gpu_before != gpu_now)
-      unlike.push_back("the previous run was on GPU '" + gpu_before + "', this one on '" + gpu_now +
-                       "'");
-    std::string note = previous_note;
-    for (const auto& reason : unlike)
-      note += (note.empty() ? "" : "; ") + reason + ": the changes are not like for like";
-    if (!note.empty()) out["previous_note"] = note;
-  } else {
-    out["previous"] = nullptr;
-    out["previous_note"] =
-        previous_note.empty() ? "no previous run: every figure is new" : previous_note;
-  }
-
+  describe_previous(out, previous, current, order, previous_note);
   for (const auto& name : order) {
     const Json& now = member(current, name);
     const Json& before = have_previous ? member(previous, name) : member(Json(), name);
@@ -289,65 +368,8 @@ Json compare_runs(const Json& previous, const Json& current, const std::vector<s
       continue;
     }
     out["scenarios"].push_back({{"scenario", name}, {"status", has_before ? "compared" : "new"}});
-
-    // Targets first: the figures with a direction.
-    std::set<std::string> target_keys;
-    std::vector<std::string> ordered_targets;
-    for (const Json* side : {&now, &before}) {
-      const Json& targets = member(*side, "targets");
-      if (!targets.is_object()) continue;
-      for (auto it = targets.begin(); it != targets.end(); ++it) {
-        if (it.value().is_object() && target_keys.insert(it.key()).second)
-          ordered_targets.push_back(it.key());
-      }
-    }
-    for (const auto& key : ordered_targets) {
-      const Json& target_now = member(member(now, "targets"), key);
-      const Json& target_before = member(member(before, "targets"), key);
-      const Json* value_now = target_now.is_object() ? &member(target_now, "value") : nullptr;
-      const Json* value_before =
-          target_before.is_object() ? &member(target_before, "value") : nullptr;
-      Json row = compare_figure(name, "targets." + key, value_before, value_now);
-      const Json& described = target_now.is_object() ? target_now : target_before;
-      row["target"] = key;
-      row["description"] = described.value("description", key);
-      row["comparison"] = at_most(described) ? "<=" : ">=";
-      row["limit"] = member(described, "limit");
-      row["verdict_before"] = target_before.is_object() ? verdict(target_before) : "not measured";
-      row["verdict_now"] = target_now.is_object() ? verdict(target_now) : "not measured";
-      if (row["status"] == "changed" || row["status"] == "unchanged") {
-        double change = row["change"].get<double>();
-        bool better = at_most(described) ? change < 0 : change > 0;
-        row["direction"] = change == 0 ? "unchanged" : better ? "towards" : "away";
-        double before_value = row["before"].get<double>();
-        row["beyond_noise"] =
-            before_value == 0 ? change != 0 : std::fabs(change / before_value) * 100 > noise_pct;
-      }
-      bool moved_away = row.value("direction", "") == "away" && row["beyond_noise"].get<bool>();
-      bool newly_missed = row["verdict_before"] == "met" && row["verdict_now"] == "missed";
-      row["worse"] = moved_away || newly_missed;
-      out["figures"].push_back(row);
-    }
-
-    // Then every other figure, in this run's order and the previous run's leftovers after.
-    std::vector<Figure> figures = figures_of(now);
-    std::set<std::string> listed;
-    for (const auto& figure : figures) listed.insert(figure.where.to_string());
-    for (const auto& figure : figures_of(before)) {
-      if (listed.insert(figure.where.to_string()).second) figures.push_back(figure);
-    }
-    for (const auto& figure : figures) {
-      const Json* value_now = now.contains(figure.where) ? &now.at(figure.where) : nullptr;
-      const Json* value_before =
-          has_before && before.contains(figure.where) ? &before.at(figure.where) : nullptr;
-      Json row = compare_figure(name, figure.name, value_before, value_now);
-      if (row["status"] == "changed" || row["status"] == "unchanged") {
-        double before_value = row["before"].get<double>(), change = row["change"].get<double>();
-        row["beyond_noise"] =
-            before_value == 0 ? change != 0 : std::fabs(change / before_value) * 100 > noise_pct;
-      }
-      out["figures"].push_back(row);
-    }
+    compare_targets(out["figures"], name, now, before, noise_pct);
+    compare_other_figures(out["figures"], name, now, before, noise_pct);
   }
   return out;
 }

@@ -261,6 +261,62 @@ void print_report(const SessionView& view, std::ostream& out) {
   for (const auto& note : view.notes) out << "note: " << note << "\n";
 }
 
+namespace {
+
+// One pod on one GPU: its stats, its processes, and where its time went.
+json pod_json(const SessionView& view, const GpuModel& gpu, const std::string& pod,
+              const std::map<std::string, PodTime>& times) {
+  json p = stats_json(gpu_stats(gpu, in_pod(view, pod)));
+  p["pod"] = pod;
+  std::set<uint32_t> pids;
+  for (const auto& hold : gpu.holds) {
+    if (view.pod_of(hold.tgid) == pod && hold.tgid) pids.insert(hold.tgid);
+  }
+  for (const auto& wait : gpu.waits) {
+    if (view.pod_of(wait.tgid) == pod) pids.insert(wait.tgid);
+  }
+  p["pids"] = pids;
+  if (auto t = times.find(pod); t != times.end()) {
+    json on = json::object();
+    for (const auto& [holder, s] : t->second.waited_on) on[holder] = s;
+    p["time"] = {{"held_s", t->second.held_s},
+                 {"waiting_s", t->second.waiting_s},
+                 {"draining_s", t->second.draining_s},
+                 {"waited_on_s", on},
+                 {"waited_while_switching_s", t->second.waited_unheld_s}};
+  }
+  return p;
+}
+
+// One GPU: its handoff stats, its counts, what its arbiter counted, and its pods.
+json gpu_json(const SessionView& view, const GpuKey& key) {
+  const GpuModel& gpu = view.model.gpus.at(key);
+  const GpuView& info = view.gpus.at(key);
+  json entry = stats_json(gpu_stats(gpu, selected(view)));
+  entry["arbiter_pid"] = key.arbiter;
+  entry["scope"] = info.scope;
+  entry["index"] = key.index;
+  entry["uuid"] = info.uuid;
+  entry["grants"] = gpu.grants;
+  entry["revokes"] = gpu.revokes.size();
+  entry["pass_overs"] = gpu.pass_overs;
+  entry["holds"] = gpu.holds.size();
+  if (info.arbiter_switches) {
+    entry["arbiter_counted"] = {{"grants", *info.arbiter_grants},
+                                {"switches", *info.arbiter_switches}};
+  }
+  const auto [from_ns, to_ns] = active_span(view, gpu);
+  entry["in_use_s"] = static_cast<double>(to_ns - from_ns) / 1e9;
+  const auto times =
+      attribute(gpu, from_ns, to_ns, [&view](uint32_t tgid) { return view.pod_of(tgid); });
+  json pods = json::array();
+  for (const auto& pod : pods_on(view, gpu)) pods.push_back(pod_json(view, gpu, pod, times));
+  entry["pods"] = std::move(pods);
+  return entry;
+}
+
+}  // namespace
+
 json report_json(const SessionView& view) {
   json arbiters = json::array();
   for (const auto& a : view.arbiters) {
@@ -283,52 +339,7 @@ json report_json(const SessionView& view) {
   }
 
   json gpus = json::array();
-  for (const GpuKey& key : view.reported_gpus()) {
-    const GpuModel& gpu = view.model.gpus.at(key);
-    const GpuView& info = view.gpus.at(key);
-    json entry = stats_json(gpu_stats(gpu, selected(view)));
-    entry["arbiter_pid"] = key.arbiter;
-    entry["scope"] = info.scope;
-    entry["index"] = key.index;
-    entry["uuid"] = info.uuid;
-    entry["grants"] = gpu.grants;
-    entry["revokes"] = gpu.revokes.size();
-    entry["pass_overs"] = gpu.pass_overs;
-    entry["holds"] = gpu.holds.size();
-    if (info.arbiter_switches) {
-      entry["arbiter_counted"] = {{"grants", *info.arbiter_grants},
-                                  {"switches", *info.arbiter_switches}};
-    }
-    const auto [from_ns, to_ns] = active_span(view, gpu);
-    entry["in_use_s"] = static_cast<double>(to_ns - from_ns) / 1e9;
-    const auto times =
-        attribute(gpu, from_ns, to_ns, [&view](uint32_t tgid) { return view.pod_of(tgid); });
-    json pods = json::array();
-    for (const auto& pod : pods_on(view, gpu)) {
-      json p = stats_json(gpu_stats(gpu, in_pod(view, pod)));
-      p["pod"] = pod;
-      std::set<uint32_t> pids;
-      for (const auto& hold : gpu.holds) {
-        if (view.pod_of(hold.tgid) == pod && hold.tgid) pids.insert(hold.tgid);
-      }
-      for (const auto& wait : gpu.waits) {
-        if (view.pod_of(wait.tgid) == pod) pids.insert(wait.tgid);
-      }
-      p["pids"] = pids;
-      if (auto t = times.find(pod); t != times.end()) {
-        json on = json::object();
-        for (const auto& [holder, s] : t->second.waited_on) on[holder] = s;
-        p["time"] = {{"held_s", t->second.held_s},
-                     {"waiting_s", t->second.waiting_s},
-                     {"draining_s", t->second.draining_s},
-                     {"waited_on_s", on},
-                     {"waited_while_switching_s", t->second.waited_unheld_s}};
-      }
-      pods.push_back(std::move(p));
-    }
-    entry["pods"] = std::move(pods);
-    gpus.push_back(std::move(entry));
-  }
+  for (const GpuKey& key : view.reported_gpus()) gpus.push_back(gpu_json(view, key));
 
   json processes = json::array();
   for (const auto& [pid, p] : view.processes) {

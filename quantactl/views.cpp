@@ -173,139 +173,165 @@ std::string render_top(const json& top, size_t width) {
   return out;
 }
 
+namespace {
+
+// The pod the GPU's time went to while this one waited: its name, and its seconds.
+struct TopHolder {
+  std::string pod;
+  double seconds = 0;
+};
+
+// "While it waited: ... held it N s; ..." and who held the GPU longest meanwhile.
+TopHolder explain_waiting(std::ostringstream& out, const json& g, double waiting) {
+  const json& behind = g.value("behind", json::array());
+  TopHolder top;
+  if (waiting <= 0 || behind.empty()) return top;
+  out << "  While it waited:";
+  bool first = true;
+  for (const json& b : behind) {
+    const std::string who = b.value("pod", "");
+    const double s = b.value("seconds", 0.0);
+    if (!who.empty() && s > top.seconds) {
+      top.seconds = s;
+      top.pod = who;
+    }
+    out << (first ? " " : "; ")
+        << (who.empty() ? std::string("nobody held the GPU (handoffs, its own ceiling)")
+                        : hosted::printable(who) + " held it")
+        << " " << seconds(s);
+    first = false;
+  }
+  out << ".\n";
+  return top;
+}
+
+// The one sentence that says what the figures mean, first match wins: too little history,
+// revoke timeouts, idle, outranked, got its share, held at its ceiling, wanted less, or
+// waited behind its neighbours.
+std::string explain_verdict(const json& g, const TopHolder& top) {
+  const double span = g.value("span_s", 0.0);
+  const double target = g.value("target_share", 0.0);
+  const double share = g.value("achieved_share", 0.0);
+  const json& ph = g.value("phases", json::object());
+  const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
+               draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
+  const uint64_t timeouts = g.value("revoke_timeouts", 0ull);
+  const double wanted = running + waiting + draining;
+  if (span < 2) return "Too little history yet to say.";
+  if (timeouts > 0) {
+    return "It was passed over " + std::to_string(timeouts) +
+           " time(s) for not releasing the GPU within revoke_timeout after a revoke: a "
+           "stopped or hung "
+           "process, not contention.";
+  }
+  if (wanted < 0.1 * span) return "It was idle most of the time: contention did not slow it.";
+  if (target <= 0.001 && waiting > 0.5 * span) {
+    return "It was outranked: pods of a higher priority class wanted the GPU, and a pod of its "
+           "class gets "
+           "nothing while they do.";
+  }
+  if (share + 0.02 >= target || share >= 0.9 * target) {
+    return waiting < 0.05 * span
+               ? "It got its share and barely waited."
+               : "It got its share. Its waits were its neighbours' turns" +
+                     (top.pod.empty() ? std::string(".")
+                                      : ", mostly " + hosted::printable(top.pod) + "'s.");
+  }
+  if (g.value("max_share", 1.0) < 1.0 && share + 0.02 >= g.value("max_share", 1.0))
+    return "It was held at its own max-share ceiling, not by its neighbours.";
+  if (waiting < 0.2 * span) {
+    return "It got less than its target because it wanted the GPU less: it was idle " +
+           percent(span > 0 ? idle / span : 0) + " of the time.";
+  }
+  return "It got less than its target (" + percent(share) + " of " + percent(target) +
+         "): it waited " + seconds(waiting) +
+         (top.pod.empty() ? std::string(".")
+                          : ", most of it while " + hosted::printable(top.pod) +
+                                " held the GPU (" + seconds(top.seconds) + ").");
+}
+
+// The table of the history's slices, newest last, when it has any.
+void explain_slices(std::ostringstream& out, const json& g) {
+  const json& slices = g.value("slices", json::array());
+  if (slices.empty()) return;
+  out << "\n  "
+      << fmt("%-13s %7s %7s %9s  %s", "SECONDS AGO", "SHARE", "TARGET", "WAITING",
+             "DELAYED MOSTLY BY")
+      << "\n";
+  for (const json& s : slices) {
+    const json& b = s.value("behind", json());
+    out << "  "
+        << fmt("%-13s %7s %7s %9s  %s",
+               fmt("%.0f-%.0f", -s.value("from_s", 0.0), -s.value("to_s", 0.0)).c_str(),
+               percent(s.value("share", 0.0)).c_str(), percent(s.value("target", 0.0)).c_str(),
+               seconds(s.value("waiting_s", 0.0)).c_str(),
+               b.is_string() ? (b.get<std::string>().empty()
+                                    ? "(nobody)"
+                                    : hosted::printable(b.get<std::string>()).c_str())
+                             : "-")
+        << "\n";
+  }
+}
+
+// One GPU of the pod's history: its share against its target and neighbours, where its
+// time went, its waits and memory, what that means, and the slices.
+void explain_gpu(std::ostringstream& out, const std::string& pod, const json& g) {
+  const double span = g.value("span_s", 0.0);
+  const double target = g.value("target_share", 0.0);
+  const double share = g.value("achieved_share", 0.0);
+  const json& ph = g.value("phases", json::object());
+  const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
+               draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
+  out << "Pod " << pod << " on GPU " << g.value("index", 0u) << " ("
+      << hosted::printable(g.value("uuid", "?")) << "), the last " << fmt("%.0f", span) << " s"
+      << (g.value("live", true) ? "" : " (it has left the GPU)") << ":\n";
+  std::string neighbours;
+  for (const json& n : g.value("neighbours", json::array())) {
+    neighbours += (neighbours.empty() ? "" : ", ") + hosted::printable(n.value("pod", "?")) +
+                  " (weight " + std::to_string(n.value("weight", 0u)) + ", " +
+                  n.value("priority", "?") + ", " + percent(n.value("achieved_share", 0.0)) + ")";
+  }
+  out << "  It held the GPU " << percent(share) << " of the time; its target was "
+      << percent(target) << " (weight " << g.value("weight", 0u) << ", "
+      << g.value("priority", "?");
+  if (g.value("min_share", 0.0) > 0.0) out << ", min-share " << percent(g.value("min_share", 0.0));
+  if (g.value("max_share", 1.0) < 1.0) out << ", max-share " << percent(g.value("max_share", 1.0));
+  out << ")" << (neighbours.empty() ? ", alone on the GPU" : ", beside " + neighbours) << ".\n";
+  out << "  The GPU was busy with its work " << percent(g.value("utilization", 0.0))
+      << " of the time ("
+      << (g.value("utilization_source", "") == std::string("driver")
+              ? "NVML's per-process figure"
+              : "its holds; NVML has no per-process figure here")
+      << ").\n";
+  out << "  It ran " << seconds(running) << ", waited " << seconds(waiting) << ", drained "
+      << seconds(draining) << " and was idle " << seconds(idle) << ".\n";
+  const TopHolder top = explain_waiting(out, g, waiting);
+  const json& w = g.value("waits", json::object());
+  if (w.value("count", 0u) > 0) {
+    out << "  " << w.value("count", 0u) << " waits for a grant: median "
+        << fmt("%.1f", w.value("median_ms", 0.0)) << " ms, p99 "
+        << fmt("%.1f", w.value("p99_ms", 0.0)) << " ms, longest "
+        << fmt("%.1f", w.value("max_ms", 0.0)) << " ms.\n";
+  }
+  const uint64_t limit = g.value("memory_limit", 0ull);
+  out << "  Memory: " << bytes(g.value("memory_used", 0ull))
+      << (limit ? " of a " + bytes(limit) + " cap" : " (no cap)");
+  if (g.value("alloc_denied", 0ull) > 0)
+    out << "; " << g.value("alloc_denied", 0ull) << " allocation(s) refused at the cap";
+  out << ".\n";
+  out << "  In short: " << explain_verdict(g, top) << "\n";
+  explain_slices(out, g);
+  out << "\n";
+}
+
+}  // namespace
+
 std::string render_explain(const json& e) {
   std::ostringstream out;
   const std::string pod = hosted::printable(e.value("pod", "?"));
   const json& gpus = e.value("gpus", json::array());
   if (gpus.empty()) out << "Pod " << pod << " has no history on any GPU.\n";
-  for (const json& g : gpus) {
-    const double span = g.value("span_s", 0.0);
-    const double target = g.value("target_share", 0.0);
-    const double share = g.value("achieved_share", 0.0);
-    const json& ph = g.value("phases", json::object());
-    const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
-                 draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
-    out << "Pod " << pod << " on GPU " << g.value("index", 0u) << " ("
-        << hosted::printable(g.value("uuid", "?")) << "), the last " << fmt("%.0f", span) << " s"
-        << (g.value("live", true) ? "" : " (it has left the GPU)") << ":\n";
-    std::string neighbours;
-    for (const json& n : g.value("neighbours", json::array())) {
-      neighbours += (neighbours.empty() ? "" : ", ") + hosted::printable(n.value("pod", "?")) +
-                    " (weight " + std::to_string(n.value("weight", 0u)) + ", " +
-                    n.value("priority", "?") + ", " + percent(n.value("achieved_share", 0.0)) + ")";
-    }
-    out << "  It held the GPU " << percent(share) << " of the time; its target was "
-        << percent(target) << " (weight " << g.value("weight", 0u) << ", "
-        << g.value("priority", "?");
-    if (g.value("min_share", 0.0) > 0.0)
-      out << ", min-share " << percent(g.value("min_share", 0.0));
-    if (g.value("max_share", 1.0) < 1.0)
-      out << ", max-share " << percent(g.value("max_share", 1.0));
-    out << ")" << (neighbours.empty() ? ", alone on the GPU" : ", beside " + neighbours) << ".\n";
-    out << "  The GPU was busy with its work " << percent(g.value("utilization", 0.0))
-        << " of the time ("
-        << (g.value("utilization_source", "") == std::string("driver")
-                ? "NVML's per-process figure"
-                : "its holds; NVML has no per-process figure here")
-        << ").\n";
-    out << "  It ran " << seconds(running) << ", waited " << seconds(waiting) << ", drained "
-        << seconds(draining) << " and was idle " << seconds(idle) << ".\n";
-    const json& behind = g.value("behind", json::array());
-    std::string top_holder;
-    double top_seconds = 0;
-    if (waiting > 0 && !behind.empty()) {
-      out << "  While it waited:";
-      bool first = true;
-      for (const json& b : behind) {
-        const std::string who = b.value("pod", "");
-        const double s = b.value("seconds", 0.0);
-        if (!who.empty() && s > top_seconds) {
-          top_seconds = s;
-          top_holder = who;
-        }
-        out << (first ? " " : "; ")
-            << (who.empty() ? std::string("nobody held the GPU (handoffs, its own ceiling)")
-                            : hosted::printable(who) + " held it")
-            << " " << seconds(s);
-        first = false;
-      }
-      out << ".\n";
-    }
-    const json& w = g.value("waits", json::object());
-    if (w.value("count", 0u) > 0) {
-      out << "  " << w.value("count", 0u) << " waits for a grant: median "
-          << fmt("%.1f", w.value("median_ms", 0.0)) << " ms, p99 "
-          << fmt("%.1f", w.value("p99_ms", 0.0)) << " ms, longest "
-          << fmt("%.1f", w.value("max_ms", 0.0)) << " ms.\n";
-    }
-    const uint64_t limit = g.value("memory_limit", 0ull);
-    out << "  Memory: " << bytes(g.value("memory_used", 0ull))
-        << (limit ? " of a " + bytes(limit) + " cap" : " (no cap)");
-    if (g.value("alloc_denied", 0ull) > 0)
-      out << "; " << g.value("alloc_denied", 0ull) << " allocation(s) refused at the cap";
-    out << ".\n";
-
-    // What it means.
-    const uint64_t timeouts = g.value("revoke_timeouts", 0ull);
-    const double wanted = running + waiting + draining;
-    std::string verdict;
-    if (span < 2) {
-      verdict = "Too little history yet to say.";
-    } else if (timeouts > 0) {
-      verdict = "It was passed over " + std::to_string(timeouts) +
-                " time(s) for not releasing the GPU within revoke_timeout after a revoke: a "
-                "stopped or hung "
-                "process, not contention.";
-    } else if (wanted < 0.1 * span) {
-      verdict = "It was idle most of the time: contention did not slow it.";
-    } else if (target <= 0.001 && waiting > 0.5 * span) {
-      verdict =
-          "It was outranked: pods of a higher priority class wanted the GPU, and a pod of its "
-          "class gets "
-          "nothing while they do.";
-    } else if (share + 0.02 >= target || share >= 0.9 * target) {
-      verdict =
-          waiting < 0.05 * span
-              ? "It got its share and barely waited."
-              : "It got its share. Its waits were its neighbours' turns" +
-                    (top_holder.empty() ? std::string(".")
-                                        : ", mostly " + hosted::printable(top_holder) + "'s.");
-    } else if (g.value("max_share", 1.0) < 1.0 && share + 0.02 >= g.value("max_share", 1.0)) {
-      verdict = "It was held at its own max-share ceiling, not by its neighbours.";
-    } else if (waiting < 0.2 * span) {
-      verdict = "It got less than its target because it wanted the GPU less: it was idle " +
-                percent(span > 0 ? idle / span : 0) + " of the time.";
-    } else {
-      verdict = "It got less than its target (" + percent(share) + " of " + percent(target) +
-                "): it waited " + seconds(waiting) +
-                (top_holder.empty() ? std::string(".")
-                                    : ", most of it while " + hosted::printable(top_holder) +
-                                          " held the GPU (" + seconds(top_seconds) + ").");
-    }
-    out << "  In short: " << verdict << "\n";
-
-    const json& slices = g.value("slices", json::array());
-    if (!slices.empty()) {
-      out << "\n  "
-          << fmt("%-13s %7s %7s %9s  %s", "SECONDS AGO", "SHARE", "TARGET", "WAITING",
-                 "DELAYED MOSTLY BY")
-          << "\n";
-      for (const json& s : slices) {
-        const json& b = s.value("behind", json());
-        out << "  "
-            << fmt("%-13s %7s %7s %9s  %s",
-                   fmt("%.0f-%.0f", -s.value("from_s", 0.0), -s.value("to_s", 0.0)).c_str(),
-                   percent(s.value("share", 0.0)).c_str(), percent(s.value("target", 0.0)).c_str(),
-                   seconds(s.value("waiting_s", 0.0)).c_str(),
-                   b.is_string() ? (b.get<std::string>().empty()
-                                        ? "(nobody)"
-                                        : hosted::printable(b.get<std::string>()).c_str())
-                                 : "-")
-            << "\n";
-      }
-    }
-    out << "\n";
-  }
+  for (const json& g : gpus) explain_gpu(out, pod, g);
   return out.str();
 }
 

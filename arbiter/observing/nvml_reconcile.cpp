@@ -51,34 +51,8 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
       continue;
     }
     gpu.nvml_error.clear();
-    const std::vector<NvmlProcess>* listed = &reading.processes;
-    gpu.unmanaged.clear();
-    gpu.nvml_bytes.clear();
-    gpu.pod_nvml_bytes.clear();
-    std::map<std::string, std::vector<pid_t>> pids_by_pod;
-    for (const NvmlProcess& p : *listed) {
-      auto admitted = processes_.find(p.pid);
-      if (admitted != processes_.end()) {
-        const Pod* pod = pods_.find(admitted->second.pod_index);
-        gpu.nvml_bytes[p.pid] = p.used_bytes;
-        if (pod != nullptr) {
-          gpu.pod_nvml_bytes[pod->key] += p.used_bytes;
-          pids_by_pod[pod->key].push_back(p.pid);
-        }
-        continue;
-      }
-      UnmanagedProcess u;
-      u.pid = p.pid;
-      u.used_bytes = p.used_bytes;
-      u.command = command_of(p.pid);
-      if (const Registration* reg = pods_.match_cgroup(cgroup_of(p.pid))) {
-        u.pod = reg->pod_key();
-        gpu.pod_nvml_bytes[u.pod] += p.used_bytes;
-        pids_by_pod[u.pod].push_back(p.pid);
-      }
-      gpu.unmanaged.push_back(std::move(u));
-    }
-
+    std::map<std::string, std::vector<pid_t>> pids_by_pod =
+        attribute_processes(gpu, reading.processes);
     std::set<std::string> over;
     for (const auto& [key, bytes] : gpu.pod_nvml_bytes) {
       const common::Policy policy = pods_.resolve_policy(key);
@@ -86,66 +60,101 @@ void Arbiter::reconcile(const std::vector<GpuReading>& readings) {
           bytes > policy.memory_limit + over_cap_slack(policy.memory_limit))
         over.insert(key);
     }
-    for (const std::string& key : over) {
-      const uint64_t cap = pods_.resolve_policy(key).memory_limit;
-      const uint64_t bytes = gpu.pod_nvml_bytes[key];
-      const bool new_finding = gpu.over_cap.count(key) == 0;
-      switch (config_.enforce.over_cap) {
-        case config::OverCapAction::kReport:
-          if (new_finding) {
-            tenant_log_.log(spdlog::level::warn, "over-cap", now,
-                            "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {} "
-                            "(over_cap = report)",
-                            hosted::printable(key), bytes, gpu.uuid, cap);
-          }
-          break;
-        case config::OverCapAction::kDeny: {
-          Pod* pod = pods_.find_key(key);
-          if (pod == nullptr || pod->denied_caps.count(gpu.index) != 0) break;
-          pod->denied_caps[gpu.index] = 1;
-          for (const auto& [slot, pid] : gpu.slot_pids) {
-            const Process& proc = processes_.at(pid);
-            if (proc.pod_index == pod->index) fill_slot(gpu, slot, proc, *pod);
-          }
-          tenant_log_.log(spdlog::level::warn, "over-cap", now,
-                          "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {}: its "
-                          "further allocations there are refused (over_cap = deny)",
-                          hosted::printable(key), bytes, gpu.uuid, cap);
-          break;
-        }
-        case config::OverCapAction::kKill:
-          for (pid_t pid : pids_by_pod[key]) {
-            auto admitted = processes_.find(pid);
-            bool sent = false;
-            if (admitted != processes_.end()) {
-              sent = signal_pidfd(admitted->second.pidfd.get(), SIGKILL);
-            } else if (UniqueFd pidfd = open_pidfd(pid)) {
-              // Still the process NVML listed only while its cgroup is still the pod's.
-              const Registration* reg = pods_.match_cgroup(cgroup_of(pid));
-              if (reg != nullptr && reg->pod_key() == key)
-                sent = signal_pidfd(pidfd.get(), SIGKILL);
-            }
-            if (sent) {
-              tenant_log_.log(spdlog::level::warn, "over-cap", now,
-                              "killed pid {} of pod {}: the pod uses {} bytes of GPU {} by NVML's "
-                              "count, over its cap of {} (over_cap = kill)",
-                              pid, hosted::printable(key), bytes, gpu.uuid, cap);
-            }
-          }
-          break;
+    for (const std::string& key : over) act_over_cap(gpu, key, pids_by_pod[key], now);
+    restore_caps(gpu, over);
+    gpu.over_cap = std::move(over);
+  }
+}
+
+std::map<std::string, std::vector<pid_t>> Arbiter::attribute_processes(
+    Gpu& gpu, const std::vector<NvmlProcess>& listed) {
+  gpu.unmanaged.clear();
+  gpu.nvml_bytes.clear();
+  gpu.pod_nvml_bytes.clear();
+  std::map<std::string, std::vector<pid_t>> pids_by_pod;
+  for (const NvmlProcess& p : listed) {
+    auto admitted = processes_.find(p.pid);
+    if (admitted != processes_.end()) {
+      const Pod* pod = pods_.find(admitted->second.pod_index);
+      gpu.nvml_bytes[p.pid] = p.used_bytes;
+      if (pod != nullptr) {
+        gpu.pod_nvml_bytes[pod->key] += p.used_bytes;
+        pids_by_pod[pod->key].push_back(p.pid);
       }
+      continue;
     }
-    // Pods back under their cap get their policy's cap again.
-    for (auto& [index, pod] : pods_.pods()) {
-      if (over.count(pod.key) != 0 || pod.denied_caps.erase(gpu.index) == 0) continue;
+    UnmanagedProcess u;
+    u.pid = p.pid;
+    u.used_bytes = p.used_bytes;
+    u.command = command_of(p.pid);
+    if (const Registration* reg = pods_.match_cgroup(cgroup_of(p.pid))) {
+      u.pod = reg->pod_key();
+      gpu.pod_nvml_bytes[u.pod] += p.used_bytes;
+      pids_by_pod[u.pod].push_back(p.pid);
+    }
+    gpu.unmanaged.push_back(std::move(u));
+  }
+  return pids_by_pod;
+}
+
+void Arbiter::act_over_cap(Gpu& gpu, const std::string& key, const std::vector<pid_t>& pids,
+                           uint64_t now) {
+  const uint64_t cap = pods_.resolve_policy(key).memory_limit;
+  const uint64_t bytes = gpu.pod_nvml_bytes[key];
+  switch (config_.enforce.over_cap) {
+    case config::OverCapAction::kReport:
+      if (gpu.over_cap.count(key) == 0) {  // a new finding
+        tenant_log_.log(spdlog::level::warn, "over-cap", now,
+                        "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {} "
+                        "(over_cap = report)",
+                        hosted::printable(key), bytes, gpu.uuid, cap);
+      }
+      return;
+    case config::OverCapAction::kDeny: {
+      Pod* pod = pods_.find_key(key);
+      if (pod == nullptr || pod->denied_caps.count(gpu.index) != 0) return;
+      pod->denied_caps[gpu.index] = 1;
       for (const auto& [slot, pid] : gpu.slot_pids) {
         const Process& proc = processes_.at(pid);
-        if (proc.pod_index == pod.index) fill_slot(gpu, slot, proc, pod);
+        if (proc.pod_index == pod->index) fill_slot(gpu, slot, proc, *pod);
       }
-      spdlog::info("pod {} is back under its cap on GPU {} by NVML's count: allocations allowed",
-                   hosted::printable(pod.key), gpu.uuid);
+      tenant_log_.log(spdlog::level::warn, "over-cap", now,
+                      "pod {} uses {} bytes of GPU {} by NVML's count, over its cap of {}: its "
+                      "further allocations there are refused (over_cap = deny)",
+                      hosted::printable(key), bytes, gpu.uuid, cap);
+      return;
     }
-    gpu.over_cap = std::move(over);
+    case config::OverCapAction::kKill:
+      for (pid_t pid : pids) {
+        auto admitted = processes_.find(pid);
+        bool sent = false;
+        if (admitted != processes_.end()) {
+          sent = signal_pidfd(admitted->second.pidfd.get(), SIGKILL);
+        } else if (UniqueFd pidfd = open_pidfd(pid)) {
+          // Still the process NVML listed only while its cgroup is still the pod's.
+          const Registration* reg = pods_.match_cgroup(cgroup_of(pid));
+          if (reg != nullptr && reg->pod_key() == key) sent = signal_pidfd(pidfd.get(), SIGKILL);
+        }
+        if (sent) {
+          tenant_log_.log(spdlog::level::warn, "over-cap", now,
+                          "killed pid {} of pod {}: the pod uses {} bytes of GPU {} by NVML's "
+                          "count, over its cap of {} (over_cap = kill)",
+                          pid, hosted::printable(key), bytes, gpu.uuid, cap);
+        }
+      }
+      return;
+  }
+}
+
+void Arbiter::restore_caps(Gpu& gpu, const std::set<std::string>& over) {
+  for (auto& [index, pod] : pods_.pods()) {
+    if (over.count(pod.key) != 0 || pod.denied_caps.erase(gpu.index) == 0) continue;
+    for (const auto& [slot, pid] : gpu.slot_pids) {
+      const Process& proc = processes_.at(pid);
+      if (proc.pod_index == pod.index) fill_slot(gpu, slot, proc, pod);
+    }
+    spdlog::info("pod {} is back under its cap on GPU {} by NVML's count: allocations allowed",
+                 hosted::printable(pod.key), gpu.uuid);
   }
 }
 

@@ -48,6 +48,145 @@ std::string what(const std::exception& e) {
   return e.what();
 }
 
+// Each entry below is read alone: a bad one throws, is named in a warning and is dropped.
+
+Registration registration_entry(const json& r) {
+  if (!r.is_object()) throw std::runtime_error("not an object");
+  Registration reg;
+  reg.container_id = string_field(r, "container_id");
+  reg.pod_uid = string_field(r, "pod_uid");
+  reg.pod_name = string_field(r, "pod_name");
+  reg.pod_namespace = string_field(r, "pod_namespace");
+  reg.container_name = string_field(r, "container_name");
+  reg.cgroup_path = string_field(r, "cgroup_path");
+  if (r.contains("devices")) {
+    for (const json& d : r.at("devices")) {
+      if (!d.is_string()) throw std::runtime_error("a device is not a string");
+      reg.devices.push_back(d.get<std::string>());
+    }
+  }
+  if (r.contains("policy")) {
+    const json& p = r.at("policy");
+    if (!p.is_object()) throw std::runtime_error("policy is not an object");
+    for (const auto& [k, v] : p.items()) {
+      if (!v.is_string()) throw std::runtime_error("policy value of " + k + " is not a string");
+      reg.policy[k] = v.get<std::string>();
+    }
+  }
+  return reg;
+}
+
+std::map<std::string, std::string> override_entry(const json& values) {
+  if (!values.is_object()) throw std::runtime_error("not an object");
+  std::map<std::string, std::string> kv;
+  for (const auto& [k, v] : values.items()) {
+    if (!v.is_string()) throw std::runtime_error("value of " + k + " is not a string");
+    kv[k] = v.get<std::string>();
+  }
+  return kv;
+}
+
+SavedPod pod_entry(const json& p) {
+  SavedPod pod;
+  if (!p.is_object()) throw std::runtime_error("not an object");
+  pod.key = string_field(p, "key");
+  if (pod.key.empty()) throw std::runtime_error("no key");
+  pod.inode = unsigned_field(p, "inode");
+  pod.recovery_tag = unsigned_field(p, "tag");
+  pod.claimed_from = string_field(p, "claimed_from");
+  if (p.contains("pids")) {
+    const json& pids = p.at("pids");
+    if (!pids.is_array() || pids.size() > kMaxPidsPerPod)
+      throw std::runtime_error("pids is not a list of at most 4096");
+    for (const json& pid : pids) {
+      if (!pid.is_number_unsigned() || pid.get<uint64_t>() == 0 ||
+          pid.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<pid_t>::max()))
+        throw std::runtime_error("a pid is not a positive number");
+      pod.pids.push_back(static_cast<pid_t>(pid.get<uint64_t>()));
+    }
+  }
+  return pod;
+}
+
+SavedGpu gpu_entry(const json& g) {
+  if (!g.is_object()) throw std::runtime_error("not an object");
+  SavedGpu gpu;
+  gpu.uuid = string_field(g, "uuid");
+  if (g.contains("inodes")) {
+    const json& inodes = g["inodes"];
+    if (!inodes.is_array() || inodes.size() > 2)
+      throw std::runtime_error("inodes is not a list of at most 2");
+    for (const json& inode : inodes) {
+      if (!inode.is_number_unsigned()) throw std::runtime_error("an inode is not a number");
+      gpu.inodes.push_back(inode.get<uint64_t>());
+    }
+  } else {
+    gpu.inodes.push_back(unsigned_field(g, "inode"));
+  }
+  return gpu;
+}
+
+void read_registrations(const json& regs, SavedState& out, std::vector<std::string>* warnings) {
+  if (!regs.is_array()) {
+    warnings->push_back("registrations is not a list: none kept");
+    return;
+  }
+  for (size_t i = 0; i < regs.size(); ++i) {
+    try {
+      out.registrations.push_back(registration_entry(regs[i]));
+    } catch (const std::exception& e) {
+      warnings->push_back("registration #" + std::to_string(i) + " dropped: " + what(e));
+    }
+  }
+}
+
+void read_overrides(const json& ov, SavedState& out, std::vector<std::string>* warnings) {
+  if (!ov.is_object()) {
+    warnings->push_back("overrides is not an object: none kept");
+    return;
+  }
+  for (const auto& [pod, values] : ov.items()) {
+    try {
+      std::map<std::string, std::string> values_read = override_entry(values);
+      out.overrides[pod] = std::move(values_read);
+    } catch (const std::exception& e) {
+      warnings->push_back("settings of pod " + pod + " dropped: " + what(e));
+    }
+  }
+}
+
+void read_pods(const json& pods, SavedState& out, std::vector<std::string>* warnings) {
+  if (!pods.is_object()) {
+    warnings->push_back("pods is not an object: no pod region will be re-adopted");
+    return;
+  }
+  for (const auto& [index, p] : pods.items()) {
+    try {
+      const uint32_t i = index_of(index);
+      SavedPod pod = pod_entry(p);
+      out.pods[i] = std::move(pod);
+    } catch (const std::exception& e) {
+      warnings->push_back("pod region " + index + " dropped: " + what(e));
+    }
+  }
+}
+
+void read_gpus(const json& gpus, SavedState& out, std::vector<std::string>* warnings) {
+  if (!gpus.is_object()) {
+    warnings->push_back("gpus is not an object");
+    return;
+  }
+  for (const auto& [index, g] : gpus.items()) {
+    try {
+      const uint32_t i = index_of(index);
+      SavedGpu gpu = gpu_entry(g);
+      out.gpus[i] = std::move(gpu);
+    } catch (const std::exception& e) {
+      warnings->push_back("GPU " + index + " dropped: " + what(e));
+    }
+  }
+}
+
 }  // namespace
 
 SavedState parse_state(std::string_view text, std::vector<std::string>* warnings) {
@@ -64,126 +203,10 @@ SavedState parse_state(std::string_view text, std::vector<std::string>* warnings
       warnings->push_back("generation: " + what(e));
     }
   }
-  if (root.contains("registrations")) {
-    const json& regs = root["registrations"];
-    if (!regs.is_array()) {
-      warnings->push_back("registrations is not a list: none kept");
-    } else {
-      for (size_t i = 0; i < regs.size(); ++i) {
-        try {
-          const json& r = regs[i];
-          if (!r.is_object()) throw std::runtime_error("not an object");
-          Registration reg;
-          reg.container_id = string_field(r, "container_id");
-          reg.pod_uid = string_field(r, "pod_uid");
-          reg.pod_name = string_field(r, "pod_name");
-          reg.pod_namespace = string_field(r, "pod_namespace");
-          reg.container_name = string_field(r, "container_name");
-          reg.cgroup_path = string_field(r, "cgroup_path");
-          if (r.contains("devices")) {
-            for (const json& d : r.at("devices")) {
-              if (!d.is_string()) throw std::runtime_error("a device is not a string");
-              reg.devices.push_back(d.get<std::string>());
-            }
-          }
-          if (r.contains("policy")) {
-            const json& p = r.at("policy");
-            if (!p.is_object()) throw std::runtime_error("policy is not an object");
-            for (const auto& [k, v] : p.items()) {
-              if (!v.is_string())
-                throw std::runtime_error("policy value of " + k + " is not a string");
-              reg.policy[k] = v.get<std::string>();
-            }
-          }
-          out.registrations.push_back(std::move(reg));
-        } catch (const std::exception& e) {
-          warnings->push_back("registration #" + std::to_string(i) + " dropped: " + what(e));
-        }
-      }
-    }
-  }
-  if (root.contains("overrides")) {
-    const json& ov = root["overrides"];
-    if (!ov.is_object()) {
-      warnings->push_back("overrides is not an object: none kept");
-    } else {
-      for (const auto& [pod, values] : ov.items()) {
-        try {
-          if (!values.is_object()) throw std::runtime_error("not an object");
-          std::map<std::string, std::string> kv;
-          for (const auto& [k, v] : values.items()) {
-            if (!v.is_string()) throw std::runtime_error("value of " + k + " is not a string");
-            kv[k] = v.get<std::string>();
-          }
-          out.overrides[pod] = std::move(kv);
-        } catch (const std::exception& e) {
-          warnings->push_back("settings of pod " + pod + " dropped: " + what(e));
-        }
-      }
-    }
-  }
-  if (root.contains("pods")) {
-    const json& pods = root["pods"];
-    if (!pods.is_object()) {
-      warnings->push_back("pods is not an object: no pod region will be re-adopted");
-    } else {
-      for (const auto& [index, p] : pods.items()) {
-        try {
-          const uint32_t i = index_of(index);
-          SavedPod pod;
-          if (!p.is_object()) throw std::runtime_error("not an object");
-          pod.key = string_field(p, "key");
-          if (pod.key.empty()) throw std::runtime_error("no key");
-          pod.inode = unsigned_field(p, "inode");
-          pod.recovery_tag = unsigned_field(p, "tag");
-          pod.claimed_from = string_field(p, "claimed_from");
-          if (p.contains("pids")) {
-            const json& pids = p.at("pids");
-            if (!pids.is_array() || pids.size() > kMaxPidsPerPod)
-              throw std::runtime_error("pids is not a list of at most 4096");
-            for (const json& pid : pids) {
-              if (!pid.is_number_unsigned() || pid.get<uint64_t>() == 0 ||
-                  pid.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<pid_t>::max()))
-                throw std::runtime_error("a pid is not a positive number");
-              pod.pids.push_back(static_cast<pid_t>(pid.get<uint64_t>()));
-            }
-          }
-          out.pods[i] = std::move(pod);
-        } catch (const std::exception& e) {
-          warnings->push_back("pod region " + index + " dropped: " + what(e));
-        }
-      }
-    }
-  }
-  if (root.contains("gpus")) {
-    const json& gpus = root["gpus"];
-    if (!gpus.is_object()) {
-      warnings->push_back("gpus is not an object");
-    } else {
-      for (const auto& [index, g] : gpus.items()) {
-        try {
-          const uint32_t i = index_of(index);
-          if (!g.is_object()) throw std::runtime_error("not an object");
-          SavedGpu gpu;
-          gpu.uuid = string_field(g, "uuid");
-          if (g.contains("inodes")) {
-            const json& inodes = g["inodes"];
-            if (!inodes.is_array() || inodes.size() > 2)
-              throw std::runtime_error("inodes is not a list of at most 2");
-            for (const json& inode : inodes) {
-              if (!inode.is_number_unsigned()) throw std::runtime_error("an inode is not a number");
-              gpu.inodes.push_back(inode.get<uint64_t>());
-            }
-          } else {
-            gpu.inodes.push_back(unsigned_field(g, "inode"));
-          }
-          out.gpus[i] = std::move(gpu);
-        } catch (const std::exception& e) {
-          warnings->push_back("GPU " + index + " dropped: " + what(e));
-        }
-      }
-    }
-  }
+  if (root.contains("registrations")) read_registrations(root["registrations"], out, warnings);
+  if (root.contains("overrides")) read_overrides(root["overrides"], out, warnings);
+  if (root.contains("pods")) read_pods(root["pods"], out, warnings);
+  if (root.contains("gpus")) read_gpus(root["gpus"], out, warnings);
   if (root.contains("slot_key")) {
     try {
       out.slot_key = string_field(root, "slot_key");
