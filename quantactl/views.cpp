@@ -181,6 +181,20 @@ struct TopHolder {
   double seconds = 0;
 };
 
+// The figures of one GPU of the pod's history that the text and its verdict both use.
+struct History {
+  double span = 0, target = 0, share = 0;
+  double running = 0, waiting = 0, draining = 0, idle = 0;  // seconds in each phase
+};
+
+History history_of(const json& g) {
+  const json& ph = g.value("phases", json::object());
+  return History{g.value("span_s", 0.0),        g.value("target_share", 0.0),
+                 g.value("achieved_share", 0.0), ph.value("running", 0.0),
+                 ph.value("waiting", 0.0),       ph.value("draining", 0.0),
+                 ph.value("idle", 0.0)};
+}
+
 // "While it waited: ... held it N s; ..." and who held the GPU longest meanwhile.
 TopHolder explain_waiting(std::ostringstream& out, const json& g, double waiting) {
   const json& behind = g.value("behind", json::array());
@@ -208,15 +222,10 @@ TopHolder explain_waiting(std::ostringstream& out, const json& g, double waiting
 // The one sentence that says what the figures mean, first match wins: too little history,
 // revoke timeouts, idle, outranked, got its share, held at its ceiling, wanted less, or
 // waited behind its neighbours.
-std::string explain_verdict(const json& g, const TopHolder& top) {
-  const double span = g.value("span_s", 0.0);
-  const double target = g.value("target_share", 0.0);
-  const double share = g.value("achieved_share", 0.0);
-  const json& ph = g.value("phases", json::object());
-  const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
-               draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
+std::string explain_verdict(const json& g, const History& h, const TopHolder& top) {
+  const double span = h.span, target = h.target, share = h.share, waiting = h.waiting;
   const uint64_t timeouts = g.value("revoke_timeouts", 0ull);
-  const double wanted = running + waiting + draining;
+  const double wanted = h.running + h.waiting + h.draining;
   if (span < 2) return "Too little history yet to say.";
   if (timeouts > 0) {
     return "It was passed over " + std::to_string(timeouts) +
@@ -241,7 +250,7 @@ std::string explain_verdict(const json& g, const TopHolder& top) {
     return "It was held at its own max-share ceiling, not by its neighbours.";
   if (waiting < 0.2 * span) {
     return "It got less than its target because it wanted the GPU less: it was idle " +
-           percent(span > 0 ? idle / span : 0) + " of the time.";
+           percent(span > 0 ? h.idle / span : 0) + " of the time.";
   }
   return "It got less than its target (" + percent(share) + " of " + percent(target) +
          "): it waited " + seconds(waiting) +
@@ -276,12 +285,8 @@ void explain_slices(std::ostringstream& out, const json& g) {
 // One GPU of the pod's history: its share against its target and neighbours, where its
 // time went, its waits and memory, what that means, and the slices.
 void explain_gpu(std::ostringstream& out, const std::string& pod, const json& g) {
-  const double span = g.value("span_s", 0.0);
-  const double target = g.value("target_share", 0.0);
-  const double share = g.value("achieved_share", 0.0);
-  const json& ph = g.value("phases", json::object());
-  const double running = ph.value("running", 0.0), waiting = ph.value("waiting", 0.0),
-               draining = ph.value("draining", 0.0), idle = ph.value("idle", 0.0);
+  const History h = history_of(g);
+  const double span = h.span, target = h.target, share = h.share;
   out << "Pod " << pod << " on GPU " << g.value("index", 0u) << " ("
       << hosted::printable(g.value("uuid", "?")) << "), the last " << fmt("%.0f", span) << " s"
       << (g.value("live", true) ? "" : " (it has left the GPU)") << ":\n";
@@ -303,9 +308,9 @@ void explain_gpu(std::ostringstream& out, const std::string& pod, const json& g)
               ? "NVML's per-process figure"
               : "its holds; NVML has no per-process figure here")
       << ").\n";
-  out << "  It ran " << seconds(running) << ", waited " << seconds(waiting) << ", drained "
-      << seconds(draining) << " and was idle " << seconds(idle) << ".\n";
-  const TopHolder top = explain_waiting(out, g, waiting);
+  out << "  It ran " << seconds(h.running) << ", waited " << seconds(h.waiting) << ", drained "
+      << seconds(h.draining) << " and was idle " << seconds(h.idle) << ".\n";
+  const TopHolder top = explain_waiting(out, g, h.waiting);
   const json& w = g.value("waits", json::object());
   if (w.value("count", 0u) > 0) {
     out << "  " << w.value("count", 0u) << " waits for a grant: median "
@@ -319,7 +324,7 @@ void explain_gpu(std::ostringstream& out, const std::string& pod, const json& g)
   if (g.value("alloc_denied", 0ull) > 0)
     out << "; " << g.value("alloc_denied", 0ull) << " allocation(s) refused at the cap";
   out << ".\n";
-  out << "  In short: " << explain_verdict(g, top) << "\n";
+  out << "  In short: " << explain_verdict(g, h, top) << "\n";
   explain_slices(out, g);
   out << "\n";
 }

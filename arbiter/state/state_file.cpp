@@ -155,34 +155,23 @@ void read_overrides(const json& ov, SavedState& out, std::vector<std::string>* w
   }
 }
 
-void read_pods(const json& pods, SavedState& out, std::vector<std::string>* warnings) {
-  if (!pods.is_object()) {
-    warnings->push_back("pods is not an object: no pod region will be re-adopted");
+// A section keyed by index (pod regions, GPUs): `not_object` is the warning when the section
+// is no object, `entry_name` names a dropped entry in its warning.
+template <typename Entry>
+void read_indexed(const json& section, std::map<uint32_t, Entry>& into,
+                  Entry (*read_entry)(const json&), const char* not_object,
+                  const char* entry_name, std::vector<std::string>* warnings) {
+  if (!section.is_object()) {
+    warnings->push_back(not_object);
     return;
   }
-  for (const auto& [index, p] : pods.items()) {
+  for (const auto& [index, value] : section.items()) {
     try {
       const uint32_t i = index_of(index);
-      SavedPod pod = pod_entry(p);
-      out.pods[i] = std::move(pod);
+      Entry entry = read_entry(value);
+      into[i] = std::move(entry);
     } catch (const std::exception& e) {
-      warnings->push_back("pod region " + index + " dropped: " + what(e));
-    }
-  }
-}
-
-void read_gpus(const json& gpus, SavedState& out, std::vector<std::string>* warnings) {
-  if (!gpus.is_object()) {
-    warnings->push_back("gpus is not an object");
-    return;
-  }
-  for (const auto& [index, g] : gpus.items()) {
-    try {
-      const uint32_t i = index_of(index);
-      SavedGpu gpu = gpu_entry(g);
-      out.gpus[i] = std::move(gpu);
-    } catch (const std::exception& e) {
-      warnings->push_back("GPU " + index + " dropped: " + what(e));
+      warnings->push_back(std::string(entry_name) + " " + index + " dropped: " + what(e));
     }
   }
 }
@@ -205,8 +194,12 @@ SavedState parse_state(std::string_view text, std::vector<std::string>* warnings
   }
   if (root.contains("registrations")) read_registrations(root["registrations"], out, warnings);
   if (root.contains("overrides")) read_overrides(root["overrides"], out, warnings);
-  if (root.contains("pods")) read_pods(root["pods"], out, warnings);
-  if (root.contains("gpus")) read_gpus(root["gpus"], out, warnings);
+  if (root.contains("pods")) {
+    read_indexed(root["pods"], out.pods, &pod_entry,
+                 "pods is not an object: no pod region will be re-adopted", "pod region", warnings);
+  }
+  if (root.contains("gpus"))
+    read_indexed(root["gpus"], out.gpus, &gpu_entry, "gpus is not an object", "GPU", warnings);
   if (root.contains("slot_key")) {
     try {
       out.slot_key = string_field(root, "slot_key");
