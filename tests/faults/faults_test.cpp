@@ -167,7 +167,9 @@ void expect_idle_at_most(const World& world, uint64_t from, uint64_t to, double 
   EXPECT_LE(static_cast<double>(idle.gap_ns) / 1e6, bound_ms)
       << "the GPU sat idle " << idle.gap_ns / kMs << " ms from "
       << (idle.at_ns - std::min(idle.at_ns, from)) / kMs
-      << " ms into the window while a tenant waited (bound " << bound_ms << " ms: " << why << ")";
+      << " ms into the window while a tenant waited (bound " << bound_ms << " ms: " << why
+      << "); the arbiter's log:\n"
+      << world.arbiter_log();
 }
 
 uint64_t first_slice_after(const std::vector<Slice>& slices, pid_t pid, uint64_t since) {
