@@ -13,6 +13,7 @@
 #include <sys/un.h>
 
 #include "tests/arbiter/daemon_harness.h"
+#include "tests/support/child.h"
 
 namespace quanta::arbiter {
 namespace {
@@ -454,20 +455,6 @@ TEST(ArbiterIsolation, ConnectionsThatNeverSayHelloAreClosedAtTheDeadline) {
   }
 }
 
-// Waits until `pid` is stopped (state T in /proc/<pid>/stat), for at most two seconds.
-bool wait_stopped(pid_t pid) {
-  for (int i = 0; i < 200; ++i) {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const size_t paren = line.rfind(')');
-    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T')
-      return true;
-    usleep(10000);
-  }
-  return false;
-}
-
 TEST(ArbiterIsolation, ConnectionsClosedBeforeTheArbiterReadThemDoNotLockTheirProcessOut) {
   // A process that probes the socket (connect, close) while the loop is busy leaves accepted
   // connections whose close the loop has not read yet. They counted against the process's
@@ -475,7 +462,7 @@ TEST(ArbiterIsolation, ConnectionsClosedBeforeTheArbiterReadThemDoNotLockTheirPr
   Daemon d;
   d.start();
   ASSERT_EQ(kill(d.pid(), SIGSTOP), 0);
-  ASSERT_TRUE(wait_stopped(d.pid()));
+  ASSERT_TRUE(wait_for([&] { return test_support::process_stopped(d.pid()); }, 2000));
   for (int i = 0; i < 6; ++i) d.connect().reset();
   UniqueFd mine = d.connect();
   ASSERT_TRUE(mine);

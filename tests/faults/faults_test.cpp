@@ -207,14 +207,6 @@ bool wait_for_hold(World& world, const ControlView& view, pid_t holder, pid_t wa
   return seen;
 }
 
-bool process_stopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  const auto paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
-}
-
 bool all_connected(const World& world, const std::vector<Child*>& tenants) {
   const std::set<pid_t> connected = world.connected_pids();
   for (Child* tenant : tenants)

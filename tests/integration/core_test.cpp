@@ -285,14 +285,6 @@ bool holds_sim_device_lock(const World& world, pid_t pid) {
   return task.good();
 }
 
-bool process_stopped(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  const auto paren = text.rfind(')');
-  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
-}
-
 // First slice of `pid` that starts at or after `since`; 0 when none.
 uint64_t first_slice_after(const std::vector<Slice>& slices, pid_t pid, uint64_t since) {
   for (const Slice& slice : slices) {

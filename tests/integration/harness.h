@@ -27,6 +27,7 @@ namespace quanta::integration {
 using test_support::Child;
 using test_support::Env;
 using test_support::expect_clean_exit;
+using test_support::process_stopped;
 using test_support::read_file;
 using test_support::TempDir;
 

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
 
 #include "tests/support/temp_dir.h"
 
@@ -119,6 +120,14 @@ nlohmann::json expect_clean_exit(Child& child, double timeout_s, const std::stri
   EXPECT_TRUE(report.is_object() && report.value("ok", false))
       << what << " report: " << child.out();
   return report;
+}
+
+bool process_stopped(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  const auto paren = text.rfind(')');  // the command may itself hold ") "
+  return paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T';
 }
 
 }  // namespace quanta::test_support

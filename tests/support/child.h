@@ -44,4 +44,7 @@ class Child {
 // stdout (quanta-tenant's). Returns the report; `what` names the child in failures.
 nlohmann::json expect_clean_exit(Child& child, double timeout_s, const std::string& what);
 
+// Whether `pid` is stopped (state T in /proc/<pid>/stat), as SIGSTOP leaves it.
+bool process_stopped(pid_t pid);
+
 }  // namespace quanta::test_support
